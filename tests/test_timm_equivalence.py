@@ -1,0 +1,99 @@
+"""Numerical equivalence with timm's XCiT (an implementation nobody here wrote) on shared weights."""
+import pytest
+import timm
+import torch
+
+from conftest import randomize_
+from xcit_dense.models.xcit import XCiT
+
+DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')
+                 for patch in (16, 8)]
+SIZES = [(64, 64), (72, 100)]  # the second is not divisible by 32
+
+
+def timm_reference(arch: str, patch: int) -> torch.nn.Module:
+    model = timm.create_model(f'xcit_{arch}_p{patch}_224', pretrained=False)
+    return randomize_(model, seed=patch).eval()
+
+
+def authors_layout(timm_state: dict) -> dict:
+    """The layout of the authors' released files: under 'model', pos_embeder, fused class-attn qkv."""
+    out = {}
+    for key, value in timm_state.items():
+        if key.startswith('pos_embed.'):
+            key = 'pos_embeder.' + key[len('pos_embed.'):]
+        if '.attn.q.' in key and key.startswith('cls_attn_blocks.'):
+            k, v = (timm_state[key.replace('.attn.q.', f'.attn.{n}.')] for n in ('k', 'v'))
+            out[key.replace('.attn.q.', '.attn.qkv.')] = torch.cat([value, k, v])
+            continue
+        if key.startswith('cls_attn_blocks.') and ('.attn.k.' in key or '.attn.v.' in key):
+            continue
+        out[key] = value
+    return {'model': out}
+
+
+def compare(ours: XCiT, reference: torch.nn.Module, size) -> float:
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = reference.forward_intermediates(x, indices=list(ours.out_indices),
+                                                   intermediates_only=True)
+        got = ours.forward_token_maps(x)
+    assert len(got) == len(expected) == 4
+    worst = 0.0
+    for a, b in zip(got, expected):
+        assert a.shape == b.shape
+        worst = max(worst, (a - b).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize('arch, patch', DENSE_PRESETS)
+def test_token_maps_match_timm(arch, patch, tmp_path):
+    reference = timm_reference(arch, patch)
+    # 1) the timm state dict, loaded through init_cfg
+    timm_file = tmp_path / 'timm.pth'
+    torch.save(reference.state_dict(), timm_file)
+    ours = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(timm_file)))
+    ours.init_weights()
+    ours.eval()
+    for size in SIZES:
+        assert compare(ours, reference, size) <= 1e-5, (arch, patch, size)
+    # 2) the same weights saved in the authors' layout, loaded through init_cfg
+    official_file = tmp_path / f'xcit_{arch}_p{patch}_384_dist.pth'
+    torch.save(authors_layout(reference.state_dict()), official_file)
+    ours = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(official_file)))
+    ours.init_weights()
+    ours.eval()
+    for size in SIZES:
+        assert compare(ours, reference, size) <= 1e-5, (arch, patch, size)
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+def test_pyramid_matches_plain_torch_ops_on_timm_maps(patch):
+    """The pyramid equals the recipe's ops written in plain torch, applied to timm's maps."""
+    import torch.nn.functional as F
+    reference = timm_reference('tiny_12', patch)
+    ours = XCiT(arch='tiny_12', patch_size=patch)
+    randomize_(ours, seed=3)
+    ours.load_state_dict({**ours.state_dict(), **{k: v for k, v in reference.state_dict().items()
+                                                  if k in ours.state_dict()}})
+    ours.eval()
+    x = torch.randn(1, 3, 128, 96)
+    with torch.no_grad():
+        maps = reference.forward_intermediates(x, indices=[3, 5, 7, 11], intermediates_only=True)
+        sd = ours.state_dict()
+
+        def convt(t, prefix):
+            return F.conv_transpose2d(t, sd[prefix + '.weight'], sd[prefix + '.bias'], stride=2)
+
+        def bn(t, prefix):
+            return F.batch_norm(t, sd[prefix + '.running_mean'], sd[prefix + '.running_var'],
+                                sd[prefix + '.weight'], sd[prefix + '.bias'], False, 0.0, 1e-5)
+        if patch == 16:
+            expected = [convt(F.gelu(bn(convt(maps[0], 'fpn1.0'), 'fpn1.1')), 'fpn1.3'),
+                        convt(maps[1], 'fpn2.0'), maps[2], F.max_pool2d(maps[3], 2)]
+        else:
+            expected = [convt(maps[0], 'fpn1.0'), maps[1], F.max_pool2d(maps[2], 2),
+                        F.max_pool2d(maps[3], 4)]
+        got = ours(x)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

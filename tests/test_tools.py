@@ -1,0 +1,60 @@
+"""Command-line tools: parameter counts, checkpoint conversion and the smoke run, as users run them."""
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from conftest import randomize_
+from xcit_dense.models.xcit import XCiT
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_tool(*args, check=True):
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+    return proc
+
+
+def test_count_params_prints_every_preset():
+    out = run_tool('tools/count_params.py').stdout
+    rows = [line for line in out.splitlines() if line.startswith('| ') and line[2].isalpha()
+            and not line.startswith('| arch')]
+    assert len(rows) == 14
+    cells = next(r for r in rows if r.startswith('| small_12 | 16 ')).split('|')
+    dense, pyramid, classifier = (float(cells[i]) for i in (7, 8, 9))
+    assert round(classifier) == 26  # XCiT-S12/16 in the paper: 26M
+    assert 0 < pyramid < dense < classifier
+
+
+def test_convert_official_checkpoint(tmp_path):
+    state = randomize_(XCiT(arch='tiny_12', patch_size=8), seed=5).state_dict()
+    official = {k.replace('pos_embed.', 'pos_embeder.'): v for k, v in state.items() if not k.startswith('fpn')}
+    official['head.weight'] = torch.zeros(1000, 192)
+    torch.save({'model': official}, tmp_path / 'official.pth')
+    run_tool('tools/convert_xcit_checkpoint.py', tmp_path / 'official.pth', tmp_path / 'dense.pth',
+             '--arch', 'tiny_12', '--patch-size', '8')
+    converted = torch.load(tmp_path / 'dense.pth', weights_only=True)
+    assert 'backbone.pos_embed.token_projection.weight' in converted['state_dict']
+    assert not any('head' in k for k in converted['state_dict'])
+    model = XCiT(arch='tiny_12', patch_size=8,
+                 init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'dense.pth')))
+    model.init_weights()
+    assert torch.equal(model.blocks[5].attn.qkv.weight, state['blocks.5.attn.qkv.weight'])
+
+
+def test_convert_refuses_another_architecture(tmp_path):
+    torch.save({'model': XCiT(arch='small_12').state_dict()}, tmp_path / 'small.pth')
+    proc = run_tool('tools/convert_xcit_checkpoint.py', tmp_path / 'small.pth', tmp_path / 'out.pth',
+                    '--arch', 'tiny_12', '--patch-size', '16', check=False)
+    assert proc.returncode != 0 and 'shape mismatches' in proc.stderr
+    assert not (tmp_path / 'out.pth').exists()
+
+
+def test_smoke_runs_mask_rcnn_and_upernet(tmp_path):
+    out = run_tool('tools/smoke.py', '--size', '128', '160', '--work-dir', tmp_path).stdout
+    assert 'mask_rcnn_xcit_p16.py: XCiT-small_12/16 -> ' in out and 'masks (' in out
+    assert 'upernet_xcit_p16.py: XCiT-small_12/16 -> segmentation map (1, 128, 160)' in out
+    assert out.rstrip().endswith('[smoke] OK')

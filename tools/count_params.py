@@ -1,0 +1,38 @@
+"""Print the parameter count of every XCiT preset (backbone with its pyramid adapter).
+
+The paper counts the ImageNet classifier: the same patch embedding and blocks plus a class
+token, two class-attention blocks and a 1000-class head. The "classifier" column builds timm's
+XCiT of the same preset to give that figure beside this toolkit's dense backbone.
+"""
+import argparse
+
+import timm
+
+import xcit_dense  # noqa: F401
+from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
+
+
+def millions(module) -> float:
+    return sum(p.numel() for p in module.parameters()) / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--arch', nargs='*', default=list(ARCH_SETTINGS), choices=list(ARCH_SETTINGS))
+    parser.add_argument('--patch-size', nargs='*', type=int, default=[16, 8], choices=[16, 8])
+    args = parser.parse_args()
+    print('| arch | patch | D | depth | heads | eta | dense backbone (M) | of which pyramid (M) '
+          '| classifier, as in the paper (M) |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    for arch in args.arch:
+        for patch in args.patch_size:
+            model = XCiT(arch=arch, patch_size=patch)
+            pyramid = sum(millions(getattr(model, f'fpn{i}')) for i in range(1, 5))
+            dims, depth, heads, eta = ARCH_SETTINGS[arch]
+            classifier = millions(timm.create_model(f'xcit_{arch}_p{patch}_224', pretrained=False))
+            print(f'| {arch} | {patch} | {dims} | {depth} | {heads} | {eta:g} | {millions(model):.2f} '
+                  f'| {pyramid:.2f} | {classifier:.2f} |')
+
+
+if __name__ == '__main__':
+    main()

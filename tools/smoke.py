@@ -1,0 +1,55 @@
+"""Smoke run: build Mask R-CNN and UperNet on an XCiT backbone and run one image through each."""
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from mmengine.logging import MMLogger
+
+from xcit_dense.builder import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ['configs/_base_/models/mask_rcnn_xcit_p16.py', 'configs/_base_/models/upernet_xcit_p16.py']
+
+
+def run_detector(model: torch.nn.Module, image: torch.Tensor) -> str:
+    from mmdet.structures import DetDataSample
+    h, w = image.shape[1:]
+    sample = DetDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
+    result = model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
+    inst = result.pred_instances
+    return f'{len(inst)} detections, masks {tuple(inst.masks.shape)}'
+
+
+def run_segmentor(model: torch.nn.Module, image: torch.Tensor) -> str:
+    from mmseg.structures import SegDataSample
+    h, w = image.shape[1:]
+    sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
+    result = model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
+    seg = result.pred_sem_seg.data
+    return f'segmentation map {tuple(seg.shape)}, {seg.unique().numel()} classes present'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--size', type=int, nargs=2, default=(256, 320), metavar=('H', 'W'))
+    parser.add_argument('--work-dir', default=str(ROOT / 'work_dirs' / 'smoke'),
+                        help='where the log with the per-parameter init report goes')
+    args = parser.parse_args()
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    MMLogger.get_instance('smoke', log_file=str(Path(args.work_dir) / 'smoke.log'))
+    torch.manual_seed(0)
+    image = torch.randint(0, 256, (3, *args.size), dtype=torch.uint8)
+    for config in CONFIGS:
+        start = time.perf_counter()
+        model = build_model(str(ROOT / config)).eval()
+        run = run_detector if 'mask_rcnn' in config else run_segmentor
+        with torch.no_grad():
+            summary = run(model, image)
+        print(f'[smoke] {config}: XCiT-{model.backbone.arch}/{model.backbone.patch_size} -> {summary} '
+              f'({time.perf_counter() - start:.1f} s)')
+    print('[smoke] OK')
+
+
+if __name__ == '__main__':
+    main()

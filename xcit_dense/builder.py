@@ -1,0 +1,41 @@
+"""Building mmdet/mmseg models from this toolkit's configs, outside a Runner."""
+import importlib
+from typing import Optional, Union
+
+from mmengine.config import Config
+from mmengine.logging import print_log
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import DefaultScope
+from torch import nn
+
+
+def load_config(config: Union[str, Config], cfg_options: Optional[dict] = None) -> Config:
+    """Read a config file (importing its ``custom_imports``) and merge ``cfg_options``."""
+    cfg = Config.fromfile(config) if isinstance(config, str) else config.copy()
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg
+
+
+def build_model(config: Union[str, Config], cfg_options: Optional[dict] = None,
+                init: bool = True) -> nn.Module:
+    """Build ``cfg.model`` in the config's ``default_scope`` (mmdet or mmseg).
+
+    SyncBN layers become BN: this builds a model for one process (see the train tool for
+    distributed runs).
+    """
+    cfg = load_config(config, cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in ('mmdet', 'mmseg'):
+        raise ValueError(f"config needs default_scope 'mmdet' or 'mmseg', got {scope!r}")
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        importlib.import_module(f'{scope}.models')
+        model = registry.build(cfg.model)
+    has_sync_bn = any(isinstance(m, nn.SyncBatchNorm) for m in model.modules())
+    if has_sync_bn:
+        print_log('SyncBN converted to BN: single-process model', logger='current')
+        model = revert_sync_batchnorm(model)
+    if init:
+        model.init_weights()
+    return model

@@ -1,4 +1,6 @@
 """Shared fixtures: tiny XCiT models and timm reference models on shared weights."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -39,3 +41,61 @@ def tiny_xcit():
         cfg.update(kwargs)
         return xcit_dense.XCiT(**cfg)
     return build
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_seg_config(tmp_path: Path, data_root: Path, **overrides) -> Path:
+    """A config that inherits the real Semantic FPN XCiT-T12/16 config, shrunk for a CPU test.
+
+    No random augmentation, dropout, drop path or batch statistics (heads without norm, the
+    backbone's BN in eval mode): the loss is then a plain per-image mean.
+    """
+    classes = ('background', 'rectangle', 'ellipse', 'triangle')
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
+    dataset = dict(type='BaseSegDataset', data_root=str(data_root), img_suffix='.jpg', seg_map_suffix='.png',
+                   metainfo=dict(classes=classes), pipeline=pipeline)
+    cfg = {
+        '_base_': [str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')],
+        'model': dict(
+            data_preprocessor=dict(size=(64, 64)),
+            backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3), norm_eval=True,
+                          init_cfg=None),
+            neck=dict(in_channels=[64] * 4, out_channels=32),
+            decode_head=dict(in_channels=[32] * 4, channels=16, num_classes=4, dropout_ratio=0.0,
+                             norm_cfg=None)),
+        'train_dataloader': dict(
+            batch_size=2, num_workers=0, persistent_workers=False,
+            sampler=dict(type='InfiniteSampler', shuffle=False),
+            dataset=dict(dataset, data_prefix=dict(img_path='images/training',
+                                                   seg_map_path='annotations/training'))),
+        'val_dataloader': dict(
+            num_workers=0, persistent_workers=False,
+            dataset=dict(dataset, data_prefix=dict(img_path='images/validation',
+                                                   seg_map_path='annotations/validation'))),
+        'test_dataloader': dict(
+            num_workers=0, persistent_workers=False,
+            dataset=dict(dataset, data_prefix=dict(img_path='images/validation',
+                                                   seg_map_path='annotations/validation'))),
+        'train_cfg': dict(max_iters=4, val_interval=4),
+        'param_scheduler': [],
+        'default_hooks': dict(checkpoint=dict(interval=4), logger=dict(interval=1),
+                              visualization=dict(draw=False)),
+        'randomness': dict(seed=0, deterministic=True),
+        'env_cfg': dict(cudnn_benchmark=False),
+    }
+    cfg.update(overrides)
+    path = tmp_path / 'tiny_sem_fpn.py'
+    path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')
+    return path
+
+
+@pytest.fixture(scope='session')
+def seg_data(tmp_path_factory) -> Path:
+    """Eight training and four validation images in the ADE20K layout."""
+    from xcit_dense.datasets.synthetic import write_segmentation_set
+    root = tmp_path_factory.mktemp('seg_data')
+    write_segmentation_set(root, 'training', 8, size=(64, 64), seed=0)
+    write_segmentation_set(root, 'validation', 4, size=(64, 64), seed=1)
+    return root

@@ -3,12 +3,14 @@
 The paper counts the ImageNet classifier: the same patch embedding and blocks plus a class
 token, two class-attention blocks and a 1000-class head. The "classifier" column builds timm's
 XCiT of the same preset to give that figure beside this toolkit's dense backbone.
+With ``--configs``, it counts the whole detectors and segmentors of the given config files.
 """
 import argparse
+import os
 
 import timm
 
-import xcit_dense  # noqa: F401
+from xcit_dense.builder import build_model
 from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
 
 
@@ -16,11 +18,29 @@ def millions(module) -> float:
     return sum(p.numel() for p in module.parameters()) / 1e6
 
 
+def count_configs(paths: list) -> None:
+    """Parameters of each config's whole model (pretrained loading off) and its parts."""
+    print('| config | total (M) | backbone (M) | neck (M) | heads (M) |')
+    print('|---|---|---|---|---|')
+    for path in paths:
+        model = build_model(path, {'model.backbone.init_cfg': None}, init=False)
+        backbone = millions(model.backbone)
+        neck = millions(model.neck) if getattr(model, 'neck', None) is not None else 0.0
+        total = millions(model)
+        print(f'| {os.path.basename(path)} | {total:.2f} | {backbone:.2f} | {neck:.2f} '
+              f'| {total - backbone - neck:.2f} |')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--arch', nargs='*', default=list(ARCH_SETTINGS), choices=list(ARCH_SETTINGS))
     parser.add_argument('--patch-size', nargs='*', type=int, default=[16, 8], choices=[16, 8])
+    parser.add_argument('--configs', nargs='+', metavar='CONFIG',
+                        help='count the models of these config files instead of the presets')
     args = parser.parse_args()
+    if args.configs:
+        count_configs(args.configs)
+        return
     print('| arch | patch | D | depth | heads | eta | dense backbone (M) | of which pyramid (M) '
           '| classifier, as in the paper (M) |')
     print('|---|---|---|---|---|---|---|---|---|')

@@ -7,25 +7,16 @@ import torch
 from mmengine.logging import MMLogger
 
 from xcit_dense.builder import build_model
+from xcit_dense.inference import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ['configs/_base_/models/mask_rcnn_xcit_p16.py', 'configs/_base_/models/upernet_xcit_p16.py']
 
 
-def run_detector(model: torch.nn.Module, image: torch.Tensor) -> str:
-    from mmdet.structures import DetDataSample
-    h, w = image.shape[1:]
-    sample = DetDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
-    result = model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
-    inst = result.pred_instances
-    return f'{len(inst)} detections, masks {tuple(inst.masks.shape)}'
-
-
-def run_segmentor(model: torch.nn.Module, image: torch.Tensor) -> str:
-    from mmseg.structures import SegDataSample
-    h, w = image.shape[1:]
-    sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
-    result = model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
+def describe(result) -> str:
+    if 'pred_instances' in result:
+        inst = result.pred_instances
+        return f'{len(inst)} detections, masks {tuple(inst.masks.shape)}'
     seg = result.pred_sem_seg.data
     return f'segmentation map {tuple(seg.shape)}, {seg.unique().numel()} classes present'
 
@@ -43,9 +34,7 @@ def main() -> None:
     for config in CONFIGS:
         start = time.perf_counter()
         model = build_model(str(ROOT / config)).eval()
-        run = run_detector if 'mask_rcnn' in config else run_segmentor
-        with torch.no_grad():
-            summary = run(model, image)
+        summary = describe(predict(model, image))
         print(f'[smoke] {config}: XCiT-{model.backbone.arch}/{model.backbone.patch_size} -> {summary} '
               f'({time.perf_counter() - start:.1f} s)')
     print('[smoke] OK')

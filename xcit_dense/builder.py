@@ -8,12 +8,15 @@ from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import DefaultScope
 from torch import nn
 
+from .engine.config_check import check_config
+
 
 def load_config(config: Union[str, Config], cfg_options: Optional[dict] = None) -> Config:
-    """Read a config file (importing its ``custom_imports``) and merge ``cfg_options``."""
+    """Read a config file (importing its ``custom_imports``), merge ``cfg_options`` and check it."""
     cfg = Config.fromfile(config) if isinstance(config, str) else config.copy()
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    check_config(cfg)
     return cfg
 
 

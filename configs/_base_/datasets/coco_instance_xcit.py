@@ -1,0 +1,79 @@
+# COCO 2017 instance segmentation with the authors' multi-scale training (the DETR / Swin
+# "AutoAugment" policy). Images are padded to a multiple of 32 by the model's
+# DetDataPreprocessor (pad_size_divisor=32), not in the pipeline.
+dataset_type = 'CocoDataset'
+data_root = 'data/coco/'
+backend_args = None
+
+# short side 480..800 in steps of 32, long side at most 1333
+multi_scales = [(1333, short) for short in range(480, 801, 32)]
+train_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomFlip', prob=0.5),
+    # one of two policies per image: (a) multi-scale resize; (b) resize to short side
+    # 400/500/600, crop a random 384..600 box, then multi-scale resize as in (a)
+    dict(
+        type='RandomChoice',
+        transforms=[
+            [dict(type='RandomChoiceResize', scales=multi_scales, keep_ratio=True)],
+            [
+                dict(type='RandomChoiceResize',
+                     scales=[(1333, 400), (1333, 500), (1333, 600)],
+                     keep_ratio=True),
+                dict(type='RandomCrop',
+                     crop_type='absolute_range',
+                     crop_size=(384, 600),
+                     allow_negative_crop=True),
+                dict(type='RandomChoiceResize', scales=multi_scales, keep_ratio=True),
+            ],
+        ]),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='Resize', scale=(1333, 800), keep_ratio=True),
+    # annotations are loaded after Resize: the metric compares with the original boxes
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+
+# 2 images per GPU; the reference total batch is 8 GPUs x 2 = 16
+train_dataloader = dict(
+    batch_size=2,
+    num_workers=2,
+    persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    batch_sampler=dict(type='AspectRatioBatchSampler'),
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        ann_file='annotations/instances_train2017.json',
+        data_prefix=dict(img='train2017/'),
+        filter_cfg=dict(filter_empty_gt=True, min_size=32),
+        pipeline=train_pipeline,
+        backend_args=backend_args))
+val_dataloader = dict(
+    batch_size=1,
+    num_workers=2,
+    persistent_workers=True,
+    drop_last=False,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        ann_file='annotations/instances_val2017.json',
+        data_prefix=dict(img='val2017/'),
+        test_mode=True,
+        pipeline=test_pipeline,
+        backend_args=backend_args))
+test_dataloader = val_dataloader
+
+val_evaluator = dict(
+    type='CocoMetric',
+    ann_file=data_root + 'annotations/instances_val2017.json',
+    metric=['bbox', 'segm'],
+    format_only=False,
+    backend_args=backend_args)
+test_evaluator = val_evaluator

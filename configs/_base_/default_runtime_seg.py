@@ -1,0 +1,16 @@
+# Runtime for the segmentation configs: logging, visualisation, environment. Training is
+# counted in iterations; the hooks (with the checkpoint interval) are in the schedule files.
+# default_scope and custom_imports come from the model bases.
+
+env_cfg = dict(
+    cudnn_benchmark=True,
+    mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
+    dist_cfg=dict(backend='nccl'))
+
+vis_backends = [dict(type='LocalVisBackend')]
+visualizer = dict(type='SegLocalVisualizer', vis_backends=vis_backends, name='visualizer')
+log_processor = dict(by_epoch=False)
+
+log_level = 'INFO'
+load_from = None
+resume = False

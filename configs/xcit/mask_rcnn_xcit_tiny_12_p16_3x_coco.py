@@ -1,0 +1,15 @@
+# Mask R-CNN 3x on COCO with XCiT-T12/16 (paper: box / mask AP 42.7 / 38.5).
+_base_ = [
+    '../_base_/models/mask_rcnn_xcit_p16.py', '../_base_/datasets/coco_instance_xcit.py',
+    '../_base_/schedules/schedule_3x_det.py', '../_base_/default_runtime_det.py'
+]
+# backbone initialised from the authors' ImageNet-1k 384 distilled weights
+checkpoint_file = 'https://dl.fbaipublicfiles.com/xcit/xcit_tiny_12_p16_384_dist.pth'
+
+model = dict(
+    backbone=dict(
+        arch='tiny_12',
+        patch_size=16,
+        drop_path_rate=0.0,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
+    neck=dict(in_channels=[192] * 4))

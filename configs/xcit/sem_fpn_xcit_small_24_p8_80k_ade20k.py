@@ -1,0 +1,16 @@
+# Semantic FPN 80k on ADE20K with XCiT-S24/8 (paper: 47.1 mIoU).
+_base_ = [
+    '../_base_/models/sem_fpn_xcit_p8.py', '../_base_/datasets/ade20k_xcit.py',
+    '../_base_/schedules/schedule_80k_seg.py', '../_base_/default_runtime_seg.py'
+]
+# backbone initialised from the authors' ImageNet-1k 384 distilled weights
+checkpoint_file = 'https://dl.fbaipublicfiles.com/xcit/xcit_small_24_p8_384_dist.pth'
+
+model = dict(
+    backbone=dict(
+        arch='small_24',
+        patch_size=8,
+        drop_path_rate=0.1,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
+    neck=dict(in_channels=[384] * 4, out_channels=384),
+    decode_head=dict(in_channels=[384] * 4))

@@ -1,0 +1,118 @@
+"""LR scaling and gradient accumulation: the resolved plan for a table of cases, no processes."""
+import pytest
+from mmengine.config import Config
+
+from conftest import ROOT
+from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
+
+DET = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
+SEG = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
+
+
+def plan_for(config, world, images, accumulation=None, keep=False, scale=None):
+    cfg = Config.fromfile(config)
+    cfg.train_dataloader.batch_size = images
+    plan = resolve_batch_plan(cfg, world, accumulation, keep, scale)
+    apply_batch_plan(cfg, plan)
+    return plan, cfg
+
+
+@pytest.mark.parametrize('world', [1, 4, 8, 16])
+@pytest.mark.parametrize('images', [1, 2, 4])
+@pytest.mark.parametrize('accumulation', [1, 2])
+@pytest.mark.parametrize('scale', [True, False])
+@pytest.mark.parametrize('config, base_lr', [(DET, 1e-4), (SEG, 6e-5)])
+def test_lr_follows_the_effective_batch(config, base_lr, world, images, accumulation, scale):
+    plan, cfg = plan_for(config, world, images, accumulation, scale=scale)
+    effective = world * images * accumulation
+    assert plan.effective_batch == effective
+    expected_lr = base_lr * effective / 16 if scale else base_lr
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(expected_lr)
+    assert cfg.optim_wrapper.accumulative_counts == accumulation
+    # MMEngine's own scaling (which ignores accumulation) must not scale a second time
+    assert cfg.auto_scale_lr.enable is False
+    # the no-decay rule for norms is relative, so it follows the scaled LR
+    assert cfg.optim_wrapper.paramwise_cfg.custom_keys['norm'] == dict(decay_mult=0.)
+
+
+@pytest.mark.parametrize('accumulation', [1, 2, 4])
+def test_iteration_schedule_keeps_recipe_in_optimizer_steps(accumulation):
+    _, cfg = plan_for(SEG, 4, 2, accumulation)
+    a = accumulation
+    assert cfg.train_cfg.max_iters == 160000 * a
+    assert cfg.train_cfg.val_interval == 16000 * a
+    assert cfg.default_hooks.checkpoint.interval == 16000 * a
+    warmup, poly = cfg.param_scheduler
+    assert (warmup.begin, warmup.end) == (0, 1500 * a)
+    assert (poly.begin, poly.end) == (0, 160000 * a)
+    assert poly.eta_min == 0
+
+
+@pytest.mark.parametrize('accumulation', [1, 2, 4])
+def test_epoch_schedule_keeps_epochs_and_warmup_steps(accumulation):
+    _, cfg = plan_for(DET, 4, 2, accumulation)
+    assert cfg.train_cfg.max_epochs == 36 and cfg.train_cfg.val_interval == 1
+    warmup, steps = cfg.param_scheduler
+    assert warmup.end == 500 * accumulation  # warmup is counted in (micro-)iterations
+    assert steps.milestones == [27, 33] and steps.by_epoch
+
+
+@pytest.mark.parametrize('world, images, expected', [(8, 2, 1), (4, 2, 2), (2, 2, 4), (1, 2, 8),
+                                                     (1, 4, 4), (16, 1, 1)])
+def test_keep_total_batch_picks_the_accumulation(world, images, expected):
+    plan, cfg = plan_for(SEG, world, images, keep=True, scale=True)
+    assert plan.accumulation == expected
+    assert plan.effective_batch == 16
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(6e-5)
+    assert cfg.train_cfg.max_iters == 160000 * expected
+
+
+def test_keep_total_batch_that_does_not_divide_names_the_numbers():
+    with pytest.raises(ValueError, match=r'16 is not a multiple of world size 3 x 2 images per GPU = 6'):
+        plan_for(SEG, 3, 2, keep=True)
+
+
+def test_keep_total_batch_excludes_an_explicit_accumulation():
+    with pytest.raises(ValueError, match='not both'):
+        plan_for(SEG, 2, 2, accumulation=2, keep=True)
+
+
+@pytest.mark.parametrize('value', [0, -1, 1.5, '2'])
+def test_bad_accumulation_is_refused(value):
+    with pytest.raises(ValueError, match='accumulation must be a positive integer'):
+        plan_for(SEG, 1, 2, accumulation=value)
+
+
+def test_plan_line_says_everything():
+    plan, _ = plan_for(SEG, 2, 2, keep=True, scale=True)
+    line = plan.describe()
+    for part in ('world size 2', '2 images per GPU', 'accumulation 4', 'effective batch 16',
+                 'lr 6e-05', 'x1'):
+        assert part in line, line
+
+
+@pytest.mark.parametrize('options, message', [
+    ({'model.backbone.archh': 'tiny_12'}, r'model\.backbone\.archh: XCiT has no such argument'),
+    ({'model.backbone.drop_path_rate': '0.1'}, r"model\.backbone\.drop_path_rate='0\.1': expected float, got str"),
+    ({'model.backbone.out_indices': [3, 5, 7.5, 11]}, r'model\.backbone\.out_indices=.*expected'),
+    ({'model.backbone.with_cp': 'yes'}, r'model\.backbone\.with_cp.*expected bool'),
+    ({'train_dataloader.batch_size': '2'}, r"train_dataloader\.batch_size='2': expected a positive int"),
+])
+def test_wrong_key_or_type_fails_at_load_naming_it(options, message):
+    from xcit_dense.builder import load_config
+    with pytest.raises(ValueError, match=message):
+        load_config(SEG, options)
+
+
+def test_train_tool_reports_a_bad_config_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, 'tools/train.py', SEG, '--work-dir', str(tmp_path),
+                           '--cfg-options', 'model.backbone.patch_szie=16'],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert 'model.backbone.patch_szie: XCiT has no such argument' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    proc = subprocess.run([sys.executable, 'tools/train.py', 'configs/xcit/nope.py'],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and 'config file not found: configs/xcit/nope.py' in proc.stderr

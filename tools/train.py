@@ -1,0 +1,70 @@
+"""Train a detector or segmentor from a config (the config's default_scope says which)."""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+from xcit_dense.engine import apply_batch_plan, init_distributed, resolve_batch_plan, world_size
+from xcit_dense.engine.config_check import check_config
+from xcit_dense.engine.run_config import adapt_to_machine, configure_amp
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('config', help='train config file')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config>)')
+    parser.add_argument('--resume', nargs='?', const='auto', default=None,
+                        help='resume from the latest checkpoint of the work dir, or from the given one')
+    parser.add_argument('--amp', nargs='?', const='fp16', choices=['fp16', 'bf16'],
+                        help='mixed precision (fp16 with dynamic loss scaling, or bf16)')
+    parser.add_argument('--accumulation', type=int, metavar='N',
+                        help='gradient accumulation steps (config: optim_wrapper.accumulative_counts)')
+    parser.add_argument('--keep-total-batch', action='store_true',
+                        help="accumulate as needed to reach the recipe's total batch on this hardware")
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument('--scale-lr', dest='scale_lr', action='store_true', default=None,
+                       help='scale the LR by effective batch / reference batch (config: auto_scale_lr.enable)')
+    scale.add_argument('--no-scale-lr', dest='scale_lr', action='store_false')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config values, e.g. train_dataloader.batch_size=4')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if not os.path.isfile(args.config):
+        sys.exit(f'error: config file not found: {args.config}')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    try:
+        check_config(cfg)
+    except ValueError as exc:
+        sys.exit(f'error in {args.config}: {exc}')
+    cfg.launcher = args.launcher
+    backend = init_distributed(args.launcher)
+    try:
+        plan = resolve_batch_plan(cfg, world_size(), args.accumulation, args.keep_total_batch,
+                                  args.scale_lr)
+    except ValueError as exc:
+        sys.exit(f'error: {exc}')
+    apply_batch_plan(cfg, plan)
+    adapt_to_machine(cfg, plan.world_size)
+    configure_amp(cfg, args.amp)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume:
+        cfg.resume, cfg.load_from = True, args.resume
+
+    runner = Runner.from_cfg(cfg)
+    runner.logger.info(f'Run plan: {plan.describe()}; backend {backend or "none (one process)"}')
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()

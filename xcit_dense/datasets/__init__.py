@@ -1,0 +1,1 @@
+"""Datasets: synthetic sets in the COCO and ADE20K formats."""

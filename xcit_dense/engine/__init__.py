@@ -1,0 +1,6 @@
+"""Run-time pieces around MMEngine's Runner: batch plans, process groups."""
+from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
+from .dist import gpus_present, init_distributed, world_size
+
+__all__ = ['BatchPlan', 'apply_batch_plan', 'gpus_present', 'init_distributed',
+           'resolve_batch_plan', 'world_size']

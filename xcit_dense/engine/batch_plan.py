@@ -1,0 +1,104 @@
+"""Linear LR scaling and gradient accumulation that keep a recipe's meaning on any hardware.
+
+The effective total batch is world size x images per GPU x accumulation steps. MMEngine's own
+``auto_scale_lr`` ignores accumulation, and its iteration-based loops and schedulers count
+micro-iterations; this module resolves the plan once and rewrites the config so that the LR,
+the number of optimizer steps, warmup, decay and the intervals keep their recipe values.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+from mmengine.config import Config
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one run batches its images and scales its learning rate."""
+
+    world_size: int
+    images_per_gpu: int
+    accumulation: int
+    reference_batch: int
+    base_lr: float
+    scale_lr: bool
+
+    @property
+    def effective_batch(self) -> int:
+        return self.world_size * self.images_per_gpu * self.accumulation
+
+    @property
+    def lr_scale(self) -> float:
+        return self.effective_batch / self.reference_batch if self.scale_lr else 1.0
+
+    @property
+    def lr(self) -> float:
+        return self.base_lr * self.lr_scale
+
+    def describe(self) -> str:
+        return (f'world size {self.world_size}, {self.images_per_gpu} images per GPU, '
+                f'accumulation {self.accumulation}, effective batch {self.effective_batch} '
+                f'(reference {self.reference_batch}), lr {self.lr:.3g} '
+                f'(scale x{self.lr_scale:.3g}{"" if self.scale_lr else ", scaling off"})')
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'{what} must be a positive integer, got {value!r}')
+    return value
+
+
+def resolve_batch_plan(cfg: Config, world_size: int, accumulation: Optional[int] = None,
+                       keep_total_batch: bool = False, scale_lr: Optional[bool] = None) -> BatchPlan:
+    """Work out the plan from the config and the command line.
+
+    ``accumulation`` overrides ``optim_wrapper.accumulative_counts``; ``keep_total_batch``
+    picks the accumulation that reaches the reference batch (``auto_scale_lr.base_batch_size``)
+    on this hardware; ``scale_lr`` overrides ``auto_scale_lr.enable``.
+    """
+    world_size = _positive_int(world_size, 'world size')
+    images = _positive_int(cfg.train_dataloader.get('batch_size'), 'train_dataloader.batch_size')
+    auto = cfg.get('auto_scale_lr') or {}
+    if 'base_batch_size' not in auto:
+        raise ValueError('the config records no reference total batch: set '
+                         'auto_scale_lr = dict(enable=False, base_batch_size=16)')
+    reference = _positive_int(auto['base_batch_size'], 'auto_scale_lr.base_batch_size')
+    if keep_total_batch:
+        if accumulation is not None:
+            raise ValueError('give either an accumulation or keep-total-batch, not both')
+        per_step = world_size * images
+        if reference % per_step:
+            raise ValueError(
+                f'the reference total batch {reference} is not a multiple of world size {world_size} '
+                f'x {images} images per GPU = {per_step}: change the number of GPUs or '
+                f'train_dataloader.batch_size so that it divides {reference}, or drop keep-total-batch')
+        accumulation = reference // per_step
+    if accumulation is None:
+        accumulation = cfg.optim_wrapper.get('accumulative_counts', 1)
+    accumulation = _positive_int(accumulation, 'accumulation')
+    return BatchPlan(world_size, images, accumulation, reference,
+                     base_lr=float(cfg.optim_wrapper.optimizer.lr),
+                     scale_lr=bool(auto.get('enable', False)) if scale_lr is None else scale_lr)
+
+
+def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
+    """Rewrite ``cfg`` in place for ``plan``; MMEngine's own LR scaling is switched off."""
+    acc = plan.accumulation
+    cfg.optim_wrapper.accumulative_counts = acc
+    cfg.optim_wrapper.optimizer.lr = plan.lr
+    cfg.auto_scale_lr = dict(enable=False, base_batch_size=plan.reference_batch)
+    schedulers = cfg.get('param_scheduler') or []
+    for sched in schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]:
+        if sched.get('eta_min'):
+            sched['eta_min'] = sched['eta_min'] * plan.lr_scale
+        if not sched.get('by_epoch', True):  # iteration-counted: count micro-iterations
+            for key in ('begin', 'end', 'T_max'):
+                if isinstance(sched.get(key), int):
+                    sched[key] = sched[key] * acc
+    loop = cfg.train_cfg
+    if not loop.get('by_epoch', loop.get('type') == 'EpochBasedTrainLoop'):
+        for key in ('max_iters', 'val_interval', 'val_begin'):
+            if isinstance(loop.get(key), int):
+                loop[key] = loop[key] * acc
+    ckpt = cfg.get('default_hooks', {}).get('checkpoint')
+    if ckpt is not None and not ckpt.get('by_epoch', True) and isinstance(ckpt.get('interval'), int):
+        ckpt['interval'] = ckpt['interval'] * acc

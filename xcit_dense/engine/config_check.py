@@ -1,0 +1,62 @@
+"""Checks run when a config is loaded, so that a typo or a wrong type fails before any work.
+
+The backbone's keys and value types are checked against the ``XCiT`` signature, and the
+batch-related keys against what the batch plan needs; each error names the key.
+"""
+import collections.abc
+import inspect
+import typing
+from typing import Any
+
+from mmengine.config import Config
+
+from ..models.xcit import XCiT
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is inspect.Parameter.empty or hint is Any:
+        return True
+    if origin is typing.Union:
+        return any(_matches(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (list, tuple, collections.abc.Sequence):
+        return isinstance(value, (list, tuple)) and all(_matches(v, args[0]) for v in value)
+    return isinstance(value, origin or hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, '__name__', None) or str(hint).replace('typing.', '')
+
+
+def check_backbone(backbone: dict, where: str = 'model.backbone') -> None:
+    """Refuse unknown keys and values of the wrong type in an XCiT backbone config."""
+    if backbone.get('type') != 'XCiT':
+        return
+    params = inspect.signature(XCiT.__init__).parameters
+    hints = typing.get_type_hints(XCiT.__init__)
+    for key, value in backbone.items():
+        if key in ('type', '_delete_'):
+            continue
+        if key not in params:
+            known = ', '.join(p for p in params if p != 'self')
+            raise ValueError(f'{where}.{key}: XCiT has no such argument (it takes {known})')
+        if not _matches(value, hints.get(key, inspect.Parameter.empty)):
+            raise ValueError(f'{where}.{key}={value!r}: expected {_type_name(hints[key])}, '
+                             f'got {type(value).__name__}')
+
+
+def check_config(cfg: Config) -> None:
+    """Validate what can be validated without building anything; raises ValueError naming the key."""
+    if 'model' not in cfg:
+        raise ValueError('the config has no model')
+    check_backbone(cfg.model.get('backbone') or {})
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        batch = (cfg.get(loader) or {}).get('batch_size')
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ValueError(f'{loader}.batch_size={batch!r}: expected a positive int')

@@ -27,8 +27,8 @@ def test_accumulation_matches_a_bigger_batch(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data, optim_wrapper=sgd)
     log_big = train(config, tmp_path / 'big', '--cfg-options', 'train_dataloader.batch_size=4')
     log_acc = train(config, tmp_path / 'acc', '--accumulation', '2')
-    assert 'Run plan: world size 1, 4 images per GPU, accumulation 1, effective batch 4' in log_big
-    assert 'Run plan: world size 1, 2 images per GPU, accumulation 2, effective batch 4' in log_acc
+    assert 'world size 1, 4 images per GPU, accumulation 1, effective batch 4' in log_big
+    assert 'world size 1, 2 images per GPU, accumulation 2, effective batch 4' in log_acc
     # the iteration loop counts micro-iterations: 8 of them make the recipe's 4 steps
     assert 'Iter(train) [8/8]' in log_acc and 'Iter(train) [4/4]' in log_big
     big, acc = final_weights(tmp_path / 'big'), final_weights(tmp_path / 'acc')
@@ -44,3 +44,26 @@ def test_scale_lr_and_amp_fallback_on_cpu(tmp_path, seg_data):
     log = train(config, tmp_path / 'run', '--scale-lr', '--amp', 'bf16')
     assert 'effective batch 2 (reference 16), lr 7.5e-06 (scale x0.125)' in log
     assert 'no GPU: training in fp32' in log
+
+
+def test_train_then_test_with_outputs(tmp_path, seg_data):
+    config = tiny_seg_config(tmp_path, seg_data)
+    train(config, tmp_path / 'run')
+    checkpoint = tmp_path / 'run' / 'iter_4.pth'
+    proc = subprocess.run([sys.executable, 'tools/test.py', str(config), str(checkpoint),
+                           '--work-dir', str(tmp_path / 'eval'), '--out', str(tmp_path / 'preds.pkl'),
+                           '--show-dir', str(tmp_path / 'show')],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'mIoU' in proc.stdout + proc.stderr
+    assert (tmp_path / 'preds.pkl').stat().st_size > 0
+    assert len(list((tmp_path / 'show').rglob('*.png'))) == 4
+
+
+def test_test_tool_refuses_a_checkpoint_of_another_model(tmp_path, seg_data):
+    config = tiny_seg_config(tmp_path, seg_data)
+    torch.save({'state_dict': {'backbone.foo': torch.zeros(1)}}, tmp_path / 'other.pth')
+    proc = subprocess.run([sys.executable, 'tools/test.py', str(config), str(tmp_path / 'other.pth')],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and 'saved from a different model' in proc.stderr
+    assert 'Traceback' not in proc.stderr

@@ -4,12 +4,19 @@ import os
 import sys
 from pathlib import Path
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.runner import Runner
 
+from xcit_dense.builder import load_config
 from xcit_dense.engine import apply_batch_plan, init_distributed, resolve_batch_plan, world_size
-from xcit_dense.engine.config_check import check_config
-from xcit_dense.engine.run_config import adapt_to_machine, configure_amp
+from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_matches_model,
+                                           find_resumable_checkpoint)
+from xcit_dense.engine.config_check import check_data_files
+from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.hooks import NonFiniteLossError
+from xcit_dense.engine.run_config import (adapt_to_machine, add_training_hooks, configure_amp,
+                                          skip_bad_training_samples)
+from xcit_dense.models.checkpoint import CheckpointError
 
 
 def parse_args() -> argparse.Namespace:
@@ -17,7 +24,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='train config file')
     parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config>)')
     parser.add_argument('--resume', nargs='?', const='auto', default=None,
-                        help='resume from the latest checkpoint of the work dir, or from the given one')
+                        help='resume from the newest complete checkpoint of the work dir, or from '
+                             'the given one')
     parser.add_argument('--amp', nargs='?', const='fp16', choices=['fp16', 'bf16'],
                         help='mixed precision (fp16 with dynamic loss scaling, or bf16)')
     parser.add_argument('--accumulation', type=int, metavar='N',
@@ -28,6 +36,8 @@ def parse_args() -> argparse.Namespace:
     scale.add_argument('--scale-lr', dest='scale_lr', action='store_true', default=None,
                        help='scale the LR by effective batch / reference batch (config: auto_scale_lr.enable)')
     scale.add_argument('--no-scale-lr', dest='scale_lr', action='store_false')
+    parser.add_argument('--skip-nonfinite', action='store_true',
+                        help='skip batches with a NaN/inf loss (counted in the log) instead of stopping')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. train_dataloader.batch_size=4')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -38,11 +48,10 @@ def main() -> None:
     args = parse_args()
     if not os.path.isfile(args.config):
         sys.exit(f'error: config file not found: {args.config}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    allow_mmengine_checkpoints()
     try:
-        check_config(cfg)
+        cfg = load_config(args.config, args.cfg_options)
+        check_data_files(cfg)
     except ValueError as exc:
         sys.exit(f'error in {args.config}: {exc}')
     cfg.launcher = args.launcher
@@ -55,15 +64,31 @@ def main() -> None:
     apply_batch_plan(cfg, plan)
     adapt_to_machine(cfg, plan.world_size)
     configure_amp(cfg, args.amp)
+    add_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
+    skip_bad_training_samples(cfg)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume:
-        cfg.resume, cfg.load_from = True, args.resume
 
-    runner = Runner.from_cfg(cfg)
-    runner.logger.info(f'Run plan: {plan.describe()}; backend {backend or "none (one process)"}')
-    runner.train()
+    resume_from = None
+    try:
+        if args.resume == 'auto':
+            resume_from = find_resumable_checkpoint(cfg.work_dir) if os.path.isdir(cfg.work_dir) else None
+        elif args.resume:
+            resume_from = args.resume
+        if resume_from:
+            cfg.resume, cfg.load_from = True, resume_from
+        runner = Runner.from_cfg(cfg)
+        if resume_from:
+            check_matches_model(runner.model, resume_from)
+    except (CheckpointError, FileNotFoundError) as exc:
+        sys.exit(f'error: cannot resume: {exc}')
+    runner.logger.info(f'Run plan: {describe_topology(backend)}; {plan.describe()}')
+    if args.resume and not resume_from:
+        runner.logger.info(f'--resume: no checkpoint in {cfg.work_dir} yet, starting from the beginning')
+    try:
+        runner.train()
+    except (NonFiniteLossError, CheckpointError) as exc:
+        runner.logger.error(str(exc))
+        sys.exit(f'error: {exc}')
 
 
 if __name__ == '__main__':

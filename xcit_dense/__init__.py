@@ -1,4 +1,5 @@
 """XCiT backbones for dense prediction on the OpenMMLab 2.0 stack (mmdet, mmseg)."""
+from . import datasets  # noqa: F401  (registers CheckedCocoDataset and SkipBadSamples)
 from .models import XCiT  # noqa: F401  (registers the layers and backbone)
 
 __version__ = '0.1.0'

@@ -1,4 +1,5 @@
-"""Run-time pieces around MMEngine's Runner: batch plans, process groups."""
+"""Run-time pieces around MMEngine's Runner: batch plans, process groups, checkpoints, hooks."""
+from . import hooks  # noqa: F401  (registers ThroughputHook and PreemptionHook)
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .dist import gpus_present, init_distributed, world_size
 

@@ -34,6 +34,12 @@ class BatchPlan:
     def lr(self) -> float:
         return self.base_lr * self.lr_scale
 
+    def as_dict(self) -> dict:
+        """What a checkpoint records of the plan (see ``BatchPlanHook``)."""
+        return dict(world_size=self.world_size, images_per_gpu=self.images_per_gpu,
+                    accumulation=self.accumulation, effective_batch=self.effective_batch,
+                    lr=self.lr)
+
     def describe(self) -> str:
         return (f'world size {self.world_size}, {self.images_per_gpu} images per GPU, '
                 f'accumulation {self.accumulation}, effective batch {self.effective_batch} '

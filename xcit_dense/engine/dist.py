@@ -56,3 +56,14 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
 
 def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def describe_topology(backend: Optional[str]) -> str:
+    """'N nodes, M processes, backend B' for the run plan line."""
+    if not dist.is_initialized():
+        return '1 node, 1 process, no process group'
+    processes = dist.get_world_size()
+    per_node = int(os.environ.get('LOCAL_WORLD_SIZE') or os.environ.get('SLURM_NTASKS_PER_NODE', '0')
+                   .split('(')[0] or processes)
+    nodes = int(os.environ.get('SLURM_JOB_NUM_NODES') or max(1, processes // max(per_node, 1)))
+    return f'{nodes} node(s), {processes} processes, backend {backend}'

@@ -53,3 +53,23 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         cfg.optim_wrapper.dtype = 'float16'
     else:
         cfg.optim_wrapper.dtype = 'bfloat16'
+
+
+def add_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
+    """Throughput logging, checkpoint-on-signal, non-finite loss guard, batch plan in
+    checkpoints, and atomic checkpoint writes."""
+    ours = [dict(type='ThroughputHook'), dict(type='PreemptionHook'),
+            dict(type='NonFiniteLossHook', skip=skip_nonfinite), dict(type='BatchPlanHook', plan=plan)]
+    hooks = list(cfg.get('custom_hooks') or [])
+    present = {hook.get('type') for hook in hooks}
+    cfg.custom_hooks = hooks + [hook for hook in ours if hook['type'] not in present]
+    checkpoint = cfg.get('default_hooks', {}).get('checkpoint')
+    if checkpoint is not None and not checkpoint.get('backend_args'):
+        checkpoint['backend_args'] = dict(backend='atomic_local')
+
+
+def skip_bad_training_samples(cfg: Config) -> None:
+    """Wrap the training set in ``SkipBadSamples``: a bad sample is reported and replaced."""
+    dataset = cfg.train_dataloader.dataset
+    if dataset.get('type') != 'SkipBadSamples':
+        cfg.train_dataloader.dataset = dict(type='SkipBadSamples', dataset=dataset)

@@ -1,7 +1,7 @@
 # COCO 2017 instance segmentation with the authors' multi-scale training (the DETR / Swin
 # "AutoAugment" policy). Images are padded to a multiple of 32 by the model's
 # DetDataPreprocessor (pad_size_divisor=32), not in the pipeline.
-dataset_type = 'CocoDataset'
+dataset_type = 'CheckedCocoDataset'
 data_root = 'data/coco/'
 backend_args = None
 

@@ -1,0 +1,72 @@
+"""Hooks used only by the launcher tests (imported through a config's custom_imports)."""
+import os
+import time
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class DumpRankWeightsHook(Hook):
+    """After training, every rank saves its own copy of the weights (rank{r}.pth)."""
+
+    def after_run(self, runner) -> None:
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        torch.save(model.state_dict(), os.path.join(runner.work_dir, f'rank{runner.rank}.pth'))
+
+
+@HOOKS.register_module()
+class SlowIterHook(Hook):
+    """Stretch each iteration so that a test can signal or kill a run in the middle."""
+
+    def __init__(self, seconds: float = 0.3) -> None:
+        self.seconds = seconds
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        time.sleep(self.seconds)
+
+
+@HOOKS.register_module()
+class SlowFsyncHook(Hook):
+    """Make every fsync (the last step of writing a checkpoint before its rename) take a while,
+    so that a test can kill the run while it saves."""
+
+    def __init__(self, seconds: float = 3.0) -> None:
+        self.seconds = seconds
+
+    def before_train(self, runner) -> None:
+        fsync = os.fsync
+
+        def slow_fsync(fd):
+            time.sleep(self.seconds)
+            fsync(fd)
+        os.fsync = slow_fsync
+
+
+@HOOKS.register_module()
+class InjectNaNHook(Hook):
+    """Make the loss NaN at the given iterations (1-based), through the model's loss."""
+
+    def __init__(self, iterations=(3,)) -> None:
+        self.iterations = set(iterations)
+
+    def before_train(self, runner) -> None:
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        parse_losses = model.parse_losses
+
+        def poisoned(losses):
+            if runner.iter + 1 in self.iterations:
+                name = next(iter(losses))
+                losses[name] = losses[name] * float('nan')
+            return parse_losses(losses)
+        model.parse_losses = poisoned
+
+
+@HOOKS.register_module()
+class WritePidHook(Hook):
+    """Each rank writes its process id (pid_rank{r}) so a test can kill one rank."""
+
+    def before_train(self, runner) -> None:
+        with open(os.path.join(runner.work_dir, f'pid_rank{runner.rank}'), 'w') as f:
+            f.write(str(os.getpid()))

@@ -1,0 +1,159 @@
+"""Checkpoint faults, provoked for real: truncation, a kill while saving, crafted pickles, a full
+or read-only disk. Nothing that was saved before may be lost."""
+import pickle
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, tiny_seg_config
+from test_launch import hooked_config, launch_env, train_cmd, wait_for
+
+
+def run(cmd, **kwargs):
+    return subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture
+def trained(tmp_path, seg_data):
+    """A work dir with checkpoints at iterations 2 and 4 (of 6 planned) and the config."""
+    config = hooked_config(tmp_path, seg_data, max_iters=4, interval=2)
+    proc = run(train_cmd(config, tmp_path / 'run'))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    longer = hooked_config(tmp_path, seg_data, max_iters=6, interval=2)
+    return longer, tmp_path / 'run'
+
+
+@pytest.mark.parametrize('cut', ['zero', 'random'])
+def test_resume_from_a_truncated_file_names_it(trained, cut):
+    config, work_dir = trained
+    path = work_dir / 'iter_4.pth'
+    data = path.read_bytes()
+    path.write_bytes(b'' if cut == 'zero' else data[:random.Random(0).randrange(1, len(data) - 1)])
+    proc = run(train_cmd(config, work_dir, '--resume', str(path)))
+    assert proc.returncode != 0
+    assert 'cannot resume' in proc.stderr and 'iter_4.pth' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_auto_resume_falls_back_to_the_newest_checkpoint_that_loads(trained):
+    config, work_dir = trained
+    (work_dir / 'iter_4.pth').write_bytes((work_dir / 'iter_4.pth').read_bytes()[:1000])
+    proc = run(train_cmd(config, work_dir, '--resume'))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = proc.stdout + proc.stderr
+    assert 'cannot read checkpoint' in log and 'iter_4.pth' in log
+    assert 'resuming from' in log and 'iter_2.pth, the newest checkpoint that loads' in log
+    assert 'resumed epoch: 0, iter: 2' in log and 'Iter(train) [6/6]' in log
+
+
+def test_auto_resume_never_starts_from_scratch_when_all_are_broken(trained):
+    config, work_dir = trained
+    for path in work_dir.glob('iter_*.pth'):
+        path.write_bytes(b'')
+    proc = run(train_cmd(config, work_dir, '--resume'))
+    assert proc.returncode != 0
+    assert 'no checkpoint in' in proc.stderr and 'can be loaded' in proc.stderr
+    assert 'Iter(train)' not in proc.stdout
+
+
+def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
+    config = tiny_seg_config(
+        tmp_path, seg_data,
+        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=[dict(type='SlowFsyncHook', seconds=5)],
+        train_cfg=dict(max_iters=4, val_interval=4),
+        default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
+    work_dir = tmp_path / 'run'
+    proc = subprocess.Popen(train_cmd(config, work_dir), env=launch_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(work_dir / 'iter_2.pth', proc)
+    deadline = time.time() + 120
+    while not list(work_dir.glob('iter_4.pth.tmp-*')):  # the second save is under way
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert not (work_dir / 'iter_4.pth').exists()
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')
+    state = torch.load(work_dir / 'iter_2.pth', weights_only=False)
+    assert state['meta']['iter'] == 2
+    resumed = run(train_cmd(config, work_dir, '--resume'))
+    assert resumed.returncode == 0 and 'resumed epoch: 0, iter: 2' in resumed.stdout + resumed.stderr
+
+
+class _Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, 'w'))
+
+
+def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, seg_data):
+    config = tiny_seg_config(tmp_path, seg_data)
+    marker = tmp_path / 'pwned'
+    evil = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {}, 'meta': _Exploit(str(marker))}, evil, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    pretrained = tmp_path / 'pretrained.py'
+    pretrained.write_text(f"_base_ = ['{config}']\nmodel = dict(backbone=dict(init_cfg=dict("
+                          f"_delete_=True, type='Pretrained', checkpoint='{evil}')))\n")
+    commands = {
+        'train --resume': train_cmd(config, tmp_path / 'run', '--resume', str(evil)),
+        'test.py': [sys.executable, str(ROOT / 'tools/test.py'), str(config), str(evil)],
+        'convert': [sys.executable, str(ROOT / 'tools/convert_xcit_checkpoint.py'), str(evil),
+                    str(tmp_path / 'out.pth'), '--arch', 'tiny_12', '--patch-size', '16'],
+        'pretrained init': train_cmd(pretrained, tmp_path / 'run2'),
+    }
+    for name, cmd in commands.items():
+        proc = run(cmd, cwd=ROOT)
+        assert proc.returncode != 0, name
+        assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])
+        assert not marker.exists(), name
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A small tmpfs: room for the first checkpoint, not for a second one next to it."""
+    mount = tmp_path / 'disk'
+    mount.mkdir()
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip('cannot mount a tmpfs here (needs root)')
+    yield mount
+    subprocess.run(['umount', '-l', str(mount)], capture_output=True)
+
+
+def test_disk_full_at_save_time(tmp_path, seg_data, small_disk):
+    config = hooked_config(tmp_path, seg_data, max_iters=8, interval=2)
+    work_dir = small_disk / 'run'
+    proc = run(train_cmd(config, work_dir))
+    assert proc.returncode != 0
+    assert 'cannot write' in proc.stderr and 'No space left on device' in proc.stderr
+    assert 'Traceback' not in proc.stderr.split('error:')[-1]
+    pointer = (work_dir / 'last_checkpoint').read_text().strip()
+    good = torch.load(pointer, weights_only=False)  # the last good checkpoint is whole
+    assert good['meta']['iter'] >= 2
+
+
+def test_unwritable_work_dir_at_save_time(tmp_path, seg_data):
+    """The work dir becomes immutable mid-run (chattr +i: root ignores permission bits)."""
+    config = hooked_config(tmp_path, seg_data, max_iters=12, slow=0.3, interval=2)
+    work_dir = tmp_path / 'run'
+    proc = subprocess.Popen(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(work_dir / 'iter_2.pth', proc)
+    if subprocess.run(['chattr', '+i', str(work_dir)], capture_output=True).returncode != 0:
+        proc.kill()
+        pytest.skip('chattr +i is not available on this file system')
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        subprocess.run(['chattr', '-i', str(work_dir)], capture_output=True)
+    assert proc.returncode != 0
+    assert 'cannot write' in err and 'Operation not permitted' in err
+    assert torch.load(work_dir / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')

@@ -1,0 +1,140 @@
+"""Data faults, provoked for real: missing and corrupt images, broken annotation files, empty
+images, degenerate boxes and polygons, out-of-range labels."""
+import json
+import logging
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from mmengine.logging import MMLogger
+from mmengine.registry import DefaultScope
+from PIL import Image
+
+from conftest import ROOT, tiny_seg_config
+from test_launch import launch_env, read_log, train_cmd
+from xcit_dense.datasets import CheckedCocoDataset
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def seg_copy(tmp_path, seg_data):
+    root = tmp_path / 'data'
+    shutil.copytree(seg_data, root)
+    return root
+
+
+def train_seg(tmp_path, data_root, max_iters=4):
+    config = tiny_seg_config(tmp_path, data_root, train_cfg=dict(max_iters=max_iters, val_interval=max_iters))
+    work_dir = tmp_path / 'run'
+    proc = subprocess.run(train_cmd(config, work_dir), env=launch_env(), capture_output=True, text=True,
+                          timeout=600)
+    return proc, work_dir
+
+
+def test_missing_corrupt_and_mislabelled_samples_are_skipped_and_counted(tmp_path, seg_copy):
+    images, labels = seg_copy / 'images' / 'training', seg_copy / 'annotations' / 'training'
+    (labels / 'training_00001.png').unlink()  # images are listed from the folder; its label is gone
+    (images / 'training_00002.jpg').write_bytes(b'\xff\xd8 this is not a JPEG')
+    label = np.array(Image.open(labels / 'training_00003.png'))
+    label[0, 0] = 200  # only 4 classes
+    Image.fromarray(label).save(labels / 'training_00003.png')
+    proc, work_dir = train_seg(tmp_path, seg_copy, max_iters=6)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = read_log(work_dir)
+    assert 'skipping' in log and 'training_00001.png' in log and 'No such file' in log
+    assert 'training_00002.jpg' in log
+    assert 'training_00003.png' in log and 'label values [200] outside the 4 classes' in log
+    assert 'bad sample(s) so far' in log
+    assert 'Iter(train) [6/6]' in log  # nothing lost: the run went to the end
+
+
+def coco(tmp_path, anns, images=None):
+    root = tmp_path / 'coco'
+    (root / 'img').mkdir(parents=True)
+    images = images or [dict(id=1, file_name='a.jpg', width=64, height=64),
+                        dict(id=2, file_name='b.jpg', width=64, height=64)]
+    for image in images:
+        Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(root / 'img' / image['file_name'])
+    (root / 'ann.json').write_text(json.dumps(dict(
+        images=images, annotations=anns, categories=[dict(id=1, name='box')])))
+    return root
+
+
+def ann(id_, image, bbox, polygon=None):
+    x, y, w, h = bbox
+    return dict(id=id_, image_id=image, category_id=1, bbox=bbox, area=max(w * h, 0), iscrowd=0,
+                segmentation=[polygon or [x, y, x + w, y, x + w, y + h, x, y + h]])
+
+
+def test_degenerate_annotations_are_named_counted_and_dropped(tmp_path):
+    root = coco(tmp_path, [
+        ann(1, 1, [5, 5, 20, 20]),
+        ann(2, 1, [10, 10, 0, 12]),            # zero width
+        ann(3, 1, [10, 10, 8, -3]),            # negative height
+        ann(4, 1, [30, 30, 10, 10], polygon=[30, 30, 40, 40]),  # a polygon of two points
+    ])  # image 2 has no annotations
+    records = Collect()
+    MMLogger.get_instance('faults_data', log_level='WARNING').addHandler(records)
+    dataset = CheckedCocoDataset(data_root=str(root), ann_file='ann.json', data_prefix=dict(img='img/'),
+                                 metainfo=dict(classes=('box',)), filter_cfg=dict(filter_empty_gt=True),
+                                 pipeline=[])
+    text = '\n'.join(r.getMessage() for r in records.records)
+    assert len(dataset) == 1 and len(dataset[0]['instances']) == 1
+    assert 'image a.jpg annotation 2: box [10, 10, 0, 12]: skipped' in text
+    assert 'image a.jpg annotation 3: box [10, 10, 8, -3]: skipped' in text
+    assert 'image a.jpg annotation 4: a polygon of 2 point(s): skipped' in text
+    assert 'image(s) without usable annotations are not used for training: ' in text and 'coco/img/b.jpg' in text
+    assert dataset.problems == {'boxes of zero or negative size': 2,
+                                'polygons with fewer than three points': 1,
+                                'images without annotations': 1}
+
+
+def test_broken_annotation_file_stops_before_training(tmp_path):
+    root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20])])
+    (root / 'ann.json').write_text('{"images": [1, 2')
+    config = tmp_path / 'det.py'
+    config.write_text(
+        f"_base_ = ['{ROOT}/configs/xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py']\n"
+        f"train_dataloader = dict(dataset=dict(data_root='{root}', ann_file='ann.json', "
+        f"data_prefix=dict(img='img/')))\n"
+        f"val_dataloader = train_dataloader\n")
+    proc = subprocess.run(train_cmd(config, tmp_path / 'run'), env=launch_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    assert f'annotation file {root}/ann.json is not valid JSON' in proc.stderr
+    assert not (tmp_path / 'run').exists()  # stopped before the Runner started
+
+
+def test_missing_image_folder_stops_before_training(tmp_path, seg_copy):
+    shutil.rmtree(seg_copy / 'images' / 'validation')
+    proc, work_dir = train_seg(tmp_path, seg_copy)
+    assert proc.returncode != 0
+    assert f'val_dataloader: folder not found: {seg_copy}/images/validation' in proc.stderr
+
+
+def test_missing_image_of_a_coco_set_is_skipped_and_counted(tmp_path):
+    from xcit_dense.datasets import SkipBadSamples
+    root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20]), ann(2, 2, [8, 8, 30, 30])])
+    (root / 'img' / 'a.jpg').unlink()
+    records = Collect()
+    MMLogger.get_instance('faults_data_coco', log_level='WARNING').addHandler(records)
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_mask=True),
+                dict(type='PackDetInputs')]
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        dataset = SkipBadSamples(dict(type='CheckedCocoDataset', data_root=str(root), ann_file='ann.json',
+                                      data_prefix=dict(img='img/'), metainfo=dict(classes=('box',)),
+                                      pipeline=pipeline))
+        samples = [dataset[i] for i in range(len(dataset))]
+    assert all(s['data_samples'].img_path.endswith('b.jpg') for s in samples)
+    assert dataset.skipped >= 1
+    text = '\n'.join(r.getMessage() for r in records.records)
+    assert 'skipping' in text and 'img/a.jpg' in text

@@ -1,0 +1,85 @@
+"""Training faults, provoked for real: a NaN loss, a rank killed mid-run, a change of world size."""
+import os
+import signal
+import subprocess
+import time
+
+import torch
+
+from conftest import ROOT, tiny_seg_config
+from test_launch import free_port, launch_env, read_log, train_cmd, wait_for
+
+HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)
+
+
+def nan_config(tmp_path, seg_data, iterations=(3,), max_iters=6):
+    return tiny_seg_config(
+        tmp_path, seg_data, custom_imports=HOOKS,
+        custom_hooks=[dict(type='InjectNaNHook', iterations=list(iterations))],
+        train_cfg=dict(max_iters=max_iters, val_interval=max_iters),
+        default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
+
+
+def test_nan_loss_stops_with_iteration_and_loss_names(tmp_path, seg_data):
+    work_dir = tmp_path / 'run'
+    proc = subprocess.run(train_cmd(nan_config(tmp_path, seg_data), work_dir), env=launch_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert 'non-finite loss at iteration 3: ' in proc.stderr and 'decode.loss_ce=nan' in proc.stderr
+    assert 'Traceback' not in proc.stderr.split('error:')[-1]
+    # the checkpoint of iteration 2 is the last one, untouched and finite
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')
+    assert not (work_dir / 'iter_4.pth').exists()
+    state = torch.load(work_dir / 'iter_2.pth', weights_only=False)['state_dict']
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+def test_nan_loss_can_be_skipped_and_counted(tmp_path, seg_data):
+    work_dir = tmp_path / 'run'
+    proc = subprocess.run(train_cmd(nan_config(tmp_path, seg_data, iterations=(3, 5)), work_dir,
+                                    '--skip-nonfinite'),
+                          env=launch_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = read_log(work_dir)
+    assert 'non-finite loss at iteration 3 (decode.loss_ce=nan): batch skipped (1 so far)' in log
+    assert 'batch skipped (2 so far)' in log and 'nonfinite_skipped: 2' in log
+    state = torch.load(work_dir / 'iter_6.pth', weights_only=False)['state_dict']
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+def test_killing_one_rank_ends_the_run_in_bounded_time(tmp_path, seg_data):
+    config = tiny_seg_config(
+        tmp_path, seg_data, custom_imports=HOOKS,
+        custom_hooks=[dict(type='WritePidHook'), dict(type='SlowIterHook', seconds=0.3)],
+        train_cfg=dict(max_iters=200, val_interval=200))
+    work_dir = tmp_path / 'run'
+    proc = subprocess.Popen(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '2', '--work-dir',
+                             str(work_dir)], env=launch_env(PORT=free_port()), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    wait_for(work_dir / 'pid_rank1', proc)
+    time.sleep(3)
+    os.kill(int((work_dir / 'pid_rank1').read_text()), signal.SIGKILL)
+    start = time.time()
+    out = proc.communicate(timeout=180)[0]
+    assert time.time() - start < 120
+    assert proc.returncode != 0
+    assert 'rank: 1' in out and 'Signal 9 (SIGKILL)' in out, out[-3000:]
+
+
+def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data):
+    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
+                             default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
+                                                visualization=dict(draw=False)))
+    work_dir = tmp_path / 'run'
+    two = subprocess.run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '2', '--work-dir',
+                          str(work_dir), '--scale-lr', '--cfg-options', 'train_cfg.max_iters=2'],
+                         env=launch_env(PORT=free_port()), capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stdout[-3000:]
+    one = subprocess.run(train_cmd(config, work_dir, '--resume', '--scale-lr'), env=launch_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    log = one.stdout + one.stderr
+    assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
+    assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
+    assert 'resumed epoch: 0, iter: 2' in log
+    assert 'lr: 7.5000e-06' in log and 'Iter(train) [4/4]' in log

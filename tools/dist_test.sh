@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Evaluate a checkpoint with torchrun (same environment variables as dist_train.sh).
+# Usage: bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+[ $# -ge 3 ] || die "usage: bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args]"
+CONFIG=$1 CHECKPOINT=$2 GPUS=$3
+shift 3
+require_file config "$CONFIG"
+require_file checkpoint "$CHECKPOINT"
+torchrun_layout
+exec "$(torchrun_cmd)" --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
+  --master_port="$PORT" --nproc_per_node="$GPUS" \
+  "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"

@@ -1,0 +1,78 @@
+# Shared by the launch scripts (sourced, not run): interpreter choice and argument checks.
+# PYTHON: the interpreter to use (default: the repository's .venv, else python3 on PATH).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+die() { echo "error: $*" >&2; exit 2; }
+
+require_file() {  # require_file WHAT PATH
+  [ -f "$2" ] || die "$1 file not found: $2"
+}
+
+require_positive_int() {  # require_positive_int NAME VALUE
+  [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"
+}
+
+# GPUs on this node (0 without a driver); on a CPU-only node each "GPU" is one process.
+node_gpus() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+  else
+    echo 0
+  fi
+}
+
+require_devices() {  # require_devices COUNT
+  local gpus; gpus="$(node_gpus)"
+  if [ "$gpus" -gt 0 ]; then
+    [ "$1" -le "$gpus" ] || die "GPUS=$1 but this node has $gpus GPU(s)"
+  else
+    local cores; cores="$(nproc)"
+    [ "$1" -le "$cores" ] || die "GPUS=$1 processes but this node has no GPU and only $cores CPU cores"
+  fi
+}
+
+require_free_port() {  # require_free_port ADDR PORT
+  require_positive_int PORT "$2"
+  "$PYTHON" - "$1" "$2" <<'PY' || die "port $2 on $1 is already in use: set PORT to a free one"
+import socket, sys
+with socket.socket() as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((sys.argv[1], int(sys.argv[2])))
+    except OSError:
+        sys.exit(1)
+PY
+}
+
+torchrun_cmd() {  # torchrun on PYTHON's installation
+  local dir; dir="$(dirname "$(command -v "$PYTHON")")"
+  if [ -x "$dir/torchrun" ]; then echo "$dir/torchrun"; else echo torchrun; fi
+}
+
+# Checks NNODES / NODE_RANK / MASTER_ADDR / PORT (with defaults) for a torchrun launch of
+# GPUS processes on this node; the port must be free on node 0, which serves it.
+torchrun_layout() {
+  require_positive_int GPUS "$GPUS"
+  require_devices "$GPUS"
+  NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0} MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} PORT=${PORT:-29500}
+  require_positive_int NNODES "$NNODES"
+  [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
+    || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
+  [ "$NODE_RANK" != 0 ] || require_free_port "$MASTER_ADDR" "$PORT"
+}
+
+# Checks GPUS / GPUS_PER_NODE / CPUS_PER_TASK (with the original scripts' defaults) and sets
+# TASKS_PER_NODE: one Slurm task per GPU, several nodes when GPUS > GPUS_PER_NODE.
+slurm_layout() {
+  GPUS=${GPUS:-8} GPUS_PER_NODE=${GPUS_PER_NODE:-8} CPUS_PER_TASK=${CPUS_PER_TASK:-5}
+  require_positive_int GPUS "$GPUS"
+  require_positive_int GPUS_PER_NODE "$GPUS_PER_NODE"
+  require_positive_int CPUS_PER_TASK "$CPUS_PER_TASK"
+  TASKS_PER_NODE=$(( GPUS < GPUS_PER_NODE ? GPUS : GPUS_PER_NODE ))
+  [ $(( GPUS % TASKS_PER_NODE )) -eq 0 ] || die "GPUS=$GPUS is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE"
+  command -v srun >/dev/null || die "srun not found: is this a Slurm login node?"
+  export PORT=${PORT:-29500}
+}

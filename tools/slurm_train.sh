@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Train under Slurm: one task per GPU, several nodes when GPUS > GPUS_PER_NODE.
+# Usage: [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] [PORT=29500] \
+#        bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [WORK_DIR] [train.py args]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+[ $# -ge 3 ] || die "usage: bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [WORK_DIR] [train.py args]"
+PARTITION=$1 JOB_NAME=$2 CONFIG=$3
+shift 3
+WORK_DIR=()
+if [ $# -gt 0 ] && [[ "$1" != -* ]]; then WORK_DIR=(--work-dir "$1"); shift; fi
+require_file config "$CONFIG"
+slurm_layout
+# shellcheck disable=SC2086  # SRUN_ARGS holds several words
+exec srun -p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$TASKS_PER_NODE" --ntasks="$GPUS" \
+  --ntasks-per-node="$TASKS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 \
+  ${SRUN_ARGS:-} "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" "${WORK_DIR[@]}" --launcher slurm "$@"

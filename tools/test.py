@@ -1,0 +1,80 @@
+"""Evaluate a checkpoint (COCO bbox/segm mAP or mIoU, as the config says); optionally save
+the predictions (--out) and draw them (--show-dir)."""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+from xcit_dense.builder import load_config
+from xcit_dense.engine import init_distributed, world_size
+from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
+from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.run_config import adapt_to_machine
+from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('config', help='test config file')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
+    parser.add_argument('--out', help='save the raw predictions to this .pkl file')
+    parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config values, e.g. test_dataloader.batch_size=2')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
+    return parser.parse_args()
+
+
+def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
+    """Prediction dumping and drawing, in the way of the config's task (mmdet or mmseg)."""
+    detection = cfg.default_scope == 'mmdet'
+    if out:
+        if not out.endswith(('.pkl', '.pickle')):
+            sys.exit(f'error: --out must be a .pkl file, got {out}')
+        dump = dict(type='DumpDetResults' if detection else 'DumpResults',
+                    out_file_path=os.path.abspath(out))
+        evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
+        cfg.test_evaluator = [*evaluators, dump]
+    if show_dir:
+        hook = cfg.default_hooks.visualization
+        hook.draw = True
+        if detection:
+            hook.test_out_dir = os.path.abspath(show_dir)
+        else:
+            hook.interval = 1
+            cfg.visualizer.save_dir = os.path.abspath(show_dir)
+
+
+def main() -> None:
+    args = parse_args()
+    for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
+        if not os.path.isfile(path):
+            sys.exit(f'error: {what} file not found: {path}')
+    allow_mmengine_checkpoints()
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        read_checkpoint(args.checkpoint)
+    except (ValueError, CheckpointError) as exc:
+        sys.exit(f'error: {exc}')
+    cfg.launcher = args.launcher
+    backend = init_distributed(args.launcher)
+    adapt_to_machine(cfg, world_size())
+    configure_outputs(cfg, args.out, args.show_dir)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    cfg.load_from = args.checkpoint
+    cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
+    runner = Runner.from_cfg(cfg)
+    try:
+        check_matches_model(runner.model, args.checkpoint)
+    except CheckpointError as exc:
+        sys.exit(f'error: {exc}')
+    runner.logger.info(f'Test plan: {describe_topology(backend)}')
+    runner.test()
+
+
+if __name__ == '__main__':
+    main()

@@ -3,13 +3,15 @@
 Follows the authors' detection/segmentation backbone: no class token, no final norm; the token
 maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all with D channels.
 """
+import functools
+import logging
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmengine.logging import MMLogger
+from mmengine.logging import MMLogger, print_log
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from mmengine.registry import MODELS
@@ -50,6 +52,13 @@ def _downsample(factor: int) -> nn.Module:
     return nn.MaxPool2d(kernel_size=factor, stride=factor, ceil_mode=True)
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled(fn):
+    # compiled once per function; the module goes in as an argument, so copies of a model
+    # (deepcopy for EMA, ...) never call back into the original
+    return torch.compile(fn)
+
+
 @MODELS.register_module()
 class XCiT(BaseModule):
     """XCiT backbone returning a 4-level pyramid for FPN-style necks and heads.
@@ -68,6 +77,10 @@ class XCiT(BaseModule):
             n > 0 also the first n blocks.
         norm_eval: keep BatchNorm layers in eval mode while training.
         with_cp: activation checkpointing per block, trading compute for memory.
+        channels_last: run the patch embedding and pyramid convolutions in channels_last
+            memory format; the token maps then become (B, D, Hp, Wp) views of the tokens.
+        compile: ``torch.compile`` the forward; where it cannot compile, one warning is
+            logged and the model runs eagerly.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL)`` loads the authors',
             timm's or this toolkit's weights (see ``checkpoint.load_backbone_weights``).
     """
@@ -90,6 +103,8 @@ class XCiT(BaseModule):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
+                 channels_last: bool = False,
+                 compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if arch not in ARCH_SETTINGS:
@@ -122,6 +137,9 @@ class XCiT(BaseModule):
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         self.with_cp = with_cp
+        self.channels_last = channels_last
+        self.compile_forward = compile
+        self._compile_failed = False
 
         dims = self.embed_dims
         self.patch_embed = ConvPatchEmbed(patch_size, in_channels, dims, norm_cfg)
@@ -141,6 +159,9 @@ class XCiT(BaseModule):
             self.fpn2 = nn.Identity()
             self.fpn3 = _downsample(2)
             self.fpn4 = _downsample(4)
+        if channels_last:
+            for module in (self.patch_embed, self.fpn1, self.fpn2):
+                module.to(memory_format=torch.channels_last)
         self._freeze_stages()
 
     def init_weights(self) -> None:
@@ -192,6 +213,8 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
         x = x + self.pos_embed(B, Hp, Wp).flatten(2).transpose(1, 2)
         x = self.pos_drop(x)
@@ -202,11 +225,25 @@ class XCiT(BaseModule):
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:
-                maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))
+                if self.channels_last:  # a channels_last-strided view, no copy
+                    maps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
+                else:
+                    maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))
         return maps
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """(B, 3, H, W) -> 4 maps (B, D, ceil(H/s), ceil(W/s)) for s = 4, 8, 16, 32."""
+        if self.compile_forward and not self._compile_failed:
+            try:
+                return _compiled(XCiT._forward)(self, x)
+            except Exception as exc:  # a failure to compile: say why once, then run eagerly
+                self._compile_failed = True
+                reason = (str(exc).strip().splitlines() or [''])[0][:200]
+                print_log(f'XCiT: torch.compile failed, running eagerly ({type(exc).__name__}: {reason})',
+                          logger='current', level=logging.WARNING)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]
         maps = self.forward_token_maps(x)
         outs = []

@@ -1,0 +1,108 @@
+"""tools/benchmark.py in a tiny smoke form: its outputs are produced and well formed (no timings checked)."""
+import csv
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import randomize_
+from xcit_dense.models.xcit import XCiT
+
+ROOT = Path(__file__).resolve().parents[1]
+NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb')
+
+
+@pytest.fixture(scope='module')
+def bench():
+    spec = importlib.util.spec_from_file_location('benchmark_tool', ROOT / 'tools/benchmark.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_run_writes_table_csv_and_plot(tmp_path, bench):
+    out = tmp_path / 'bench'
+    proc = subprocess.run(
+        [sys.executable, 'tools/benchmark.py', '--backbones', 'xcit_t12_p16', '--resolutions', '64',
+         '--repeats', '1', '--warmup', '0', '--mode', 'both', '--threads', '1', '--device', 'cpu',
+         '--out-dir', str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    table = (out / 'benchmark.md').read_text()
+    assert table in proc.stdout  # printed and saved
+    assert '**Inference**' in table and '**Training step' in table
+    assert table.count('| xcit_t12_p16 | ') == 2 and '| model | 64^2 |' in table
+
+    with open(out / 'benchmark.csv', newline='') as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == bench.CSV_COLUMNS
+    assert sorted(r['mode'] for r in rows) == ['infer', 'train']
+    for row in rows:
+        assert (row['model'], row['kind'], row['resolution'], row['status']) == ('xcit_t12_p16', 'backbone', '64', 'ok')
+        values = [float(row[k]) for k in NUMERIC]
+        assert all(math.isfinite(v) for v in values)
+        assert all(float(row[k]) > 0 for k in ('time_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb'))
+        assert float(row['time_min_ms']) <= float(row['time_ms']) <= float(row['time_max_ms'])
+        assert row['note'] == ''  # the peak RSS could be reset, so the peak is the run's own
+
+    png = (out / 'benchmark.png').read_bytes()
+    assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000
+    from PIL import Image
+    with Image.open(out / 'benchmark.png') as image:
+        image.verify()
+
+
+def test_a_run_over_the_memory_limit_is_killed_and_marked_skipped(bench):
+    args = bench.parse_args(['--backbones', 'xcit_t12_p16', '--resolutions', '64', '--device', 'cpu',
+                             '--max-mem-gb', '0.02', '--mode', 'infer'])
+    jobs = [bench._spec(args, 'xcit_t12_p16', r, 'infer') for r in (64, 96)]
+    rows = bench.measure(args, jobs, log=lambda _: None)
+    assert [r['status'] for r in rows] == ['skipped', 'skipped']
+    assert rows[0]['note'] == 'skipped: over 0.02 GB'
+    assert rows[1]['note'] == 'skipped: over 0.02 GB at 64'  # larger sizes are not attempted
+    assert 'skipped (over 0.02 GB)' in bench.markdown(rows, {}, 'header')
+
+
+def test_timm_reference_shares_the_weights_and_pyramid(bench):
+    """The timm XCiT + plain-torch pyramid computes what this toolkit's backbone computes."""
+    bench._register_reference_models()
+    from mmengine.registry import MODELS
+    ours = randomize_(XCiT(arch='tiny_12', patch_size=16), seed=1).eval()
+    ref = MODELS.get('BenchTimmXCiTPyramid')('tiny_12', 16, source=ours).eval()
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        for a, b in zip(ours(x), ref(x)):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+
+
+def test_ratios_summary_states_each_target(bench):
+    args = bench.parse_args(['--backbones', 'xcit_s12_p16', 'vit_s16'])
+
+    def row(model, res, mode, mem, tensors, with_cp=False):
+        return dict(model=model, resolution=res, mode=mode, with_cp=with_cp, status='ok', time_ms=1.0,
+                    peak_mem_mb=mem, peak_tensor_mb=tensors)
+    rows = [row('xcit_s12_p16', 1024, 'infer', 1000, 400), row('xcit_s12_p16', 1600, 'infer', 2000, 960),
+            row('vit_s16', 1024, 'infer', 1000, 500), row('vit_s16', 1600, 'infer', 5000, 3000),
+            row('xcit_s12_p16', 1024, 'train', 10000, 8000),
+            row('xcit_s12_p16', 1024, 'train', 5000, 4400, with_cp=True)]
+    pairs = [(dict(pair='timm', model='xcit_s12_p16', resolution=512),
+              dict(status='ok', times_ms=dict(ours=100, timm=98, ours_channels_last=90), ratio=100 / 98,
+                   ratio_channels_last=90 / 98)),
+             (dict(pair='timm', model='xcit_s12_p16', resolution=1024), dict(status='skipped', note='skipped: x')),
+             (dict(pair='cp', model='xcit_s12_p16', resolution=1024),
+              dict(status='ok', times_ms=dict(with_cp=140, plain=100), ratio=1.4))]
+    ratios = bench.compute_ratios(args, rows, pairs)
+    text = '\n'.join(ratios['summary'])
+    assert '**1.020** (target <= 1.05: met)' in text
+    assert ('xcit_s12_p16 inference peak memory 1600^2 / 1024^2 (pixel ratio 2.44, target within 10%: '
+            '2.20-2.69): added 2000 / 1000 MB = **2.00**, NOT met; tensors 960 / 400 MB = **2.40**, met') in text
+    assert 'vit_s16 inference peak memory 1600^2 / 1024^2 (pixel ratio 2.44): added 5000 / 1000 MB = **5.00**' in text
+    assert 'added 10000 -> 5000 MB, **50% less** (met); tensors 8000 -> 4400 MB, **45% less** (met)' in text
+    assert '**+40%** (target <= +35%: NOT met)' in text
+    assert ratios['with_cp']['peak_mem_mb']['cut'] == pytest.approx(0.5)
+    assert 'Target ratios' in bench.markdown(rows, ratios, 'header')

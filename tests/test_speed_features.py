@@ -1,0 +1,95 @@
+"""XCiT's speed options: channels_last and torch.compile change the speed, never the numbers."""
+import functools
+import logging
+
+import pytest
+import torch
+from mmengine.logging import MMLogger
+
+from conftest import randomize_
+from xcit_dense.engine.config_check import check_backbone
+from xcit_dense.models import xcit as xcit_module
+
+
+def _pair(tiny_xcit, patch, **options):
+    plain = randomize_(tiny_xcit(patch_size=patch), seed=patch)
+    fast = tiny_xcit(patch_size=patch, **options)
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+@pytest.mark.parametrize('train', [False, True])
+def test_channels_last_gives_the_same_outputs_and_gradients(tiny_xcit, patch, train):
+    plain, fast = _pair(tiny_xcit, patch, channels_last=True)
+    plain.train(train)
+    fast.train(train)
+    x = torch.randn(2, 3, 72, 100, generator=torch.Generator().manual_seed(0))  # not divisible by 32
+    outs_plain, outs_fast = plain(x), fast(x)
+    for a, b in zip(outs_plain, outs_fast):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    if train:
+        sum((o ** 2).mean() for o in outs_plain).backward()
+        sum((o ** 2).mean() for o in outs_fast).backward()
+        grads = dict(fast.named_parameters())
+        for name, param in plain.named_parameters():
+            torch.testing.assert_close(grads[name].grad, param.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_channels_last_converts_the_patch_embedding_and_pyramid_only(tiny_xcit):
+    model = tiny_xcit(channels_last=True)
+    cl = torch.channels_last
+    assert model.patch_embed.proj[0][0].weight.is_contiguous(memory_format=cl)
+    assert model.fpn1[0].weight.is_contiguous(memory_format=cl)
+    assert model.blocks[0].local_mp.conv1.weight.is_contiguous()
+    with torch.no_grad():
+        maps = model.eval().forward_token_maps(torch.randn(1, 3, 64, 64))
+    assert all(m.is_contiguous(memory_format=cl) for m in maps)  # views of the tokens
+
+
+def test_compile_gives_the_same_outputs(tiny_xcit, monkeypatch):
+    # the graph capture of the real torch.compile; the 'eager' backend skips minutes of C++ codegen
+    monkeypatch.setattr(xcit_module, '_compiled',
+                        functools.lru_cache(maxsize=None)(lambda fn: torch.compile(fn, backend='eager')))
+    plain, compiled = _pair(tiny_xcit, 16, compile=True)
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        expected, got = plain.eval()(x), compiled.eval()(x)
+    assert not compiled._compile_failed
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+
+
+def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
+    def broken(fn):
+        def run(*args):
+            raise RuntimeError('no C++ compiler found\nlong traceback ...')
+        return run
+    monkeypatch.setattr(xcit_module, '_compiled', broken)
+    plain, compiled = _pair(tiny_xcit, 8, compile=True)
+    logger = MMLogger.get_instance('xcit_dense_speed_test', log_level='INFO')  # the current logger
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    x = torch.randn(1, 3, 64, 64)
+    try:
+        with torch.no_grad():
+            got = [compiled.eval()(x) for _ in range(2)][-1]
+    finally:
+        logger.removeHandler(handler)
+    with torch.no_grad():
+        expected = plain.eval()(x)
+    assert compiled._compile_failed
+    assert [r.getMessage() for r in records] == [
+        'XCiT: torch.compile failed, running eagerly (RuntimeError: no C++ compiler found)']
+    assert records[0].levelno == logging.WARNING
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
+def test_speed_options_are_checked_in_configs():
+    check_backbone(dict(type='XCiT', channels_last=True, compile=False, with_cp=True))
+    with pytest.raises(ValueError, match=r'model\.backbone\.channels_last=.*expected bool'):
+        check_backbone(dict(type='XCiT', channels_last='yes'))

@@ -118,7 +118,7 @@ class NonFiniteLossHook(Hook):
         if not self._bad:
             return
         values = {k: float(v) for k, v in (outputs or {}).items()
-                  if isinstance(v, (float, torch.Tensor)) and torch.tensor(v).numel() == 1}
+                  if isinstance(v, float) or (isinstance(v, torch.Tensor) and v.numel() == 1)}
         names = ', '.join(f'{k}={v}' for k, v in values.items()
                           if k != 'loss' and not math.isfinite(v)) or 'the loss on another rank'
         where = f'iteration {runner.iter + 1}'

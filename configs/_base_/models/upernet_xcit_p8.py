@@ -1,21 +1,5 @@
-# UperNet (plus an auxiliary FCN head on pyramid level 3) on an XCiT patch-8 backbone,
-# for ADE20K's 150 classes. Sizes other than small_12 override the backbone and in_channels.
-_base_ = 'mmseg::_base_/models/upernet_r50.py'
-custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
-default_scope = 'mmseg'
-norm_cfg = dict(type='SyncBN', requires_grad=True)
+# UperNet (plus an auxiliary FCN head on pyramid level 3) on an XCiT patch-8 backbone, for ADE20K.
+# The patch-16 base with patch_size 8 (the pyramid adapter follows the patch size).
+_base_ = './upernet_xcit_p16.py'
 
-model = dict(
-    pretrained=None,
-    # train crops are padded to 512x512 (image 0, label 255)
-    data_preprocessor=dict(size=(512, 512)),
-    backbone=dict(
-        _delete_=True,
-        type='XCiT',
-        arch='small_12',
-        patch_size=8,
-        drop_path_rate=0.05,
-        # no init_cfg: the configs in configs/xcit/ set the pretrained weights per size
-        norm_cfg=norm_cfg),
-    decode_head=dict(in_channels=[384, 384, 384, 384], num_classes=150),
-    auxiliary_head=dict(in_channels=384, num_classes=150))
+model = dict(backbone=dict(patch_size=8))

@@ -4,6 +4,7 @@ MMEngine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` unconditionally 
 NCCL, so it fails on a machine without GPUs. Initialising the group here first makes the Runner
 skip its own initialisation.
 """
+import atexit
 import os
 import subprocess
 from datetime import timedelta
@@ -51,7 +52,15 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
     else:
         backend = 'gloo'
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    atexit.register(_leave_group)
     return backend
+
+
+def _leave_group() -> None:
+    """Destroy the group while the interpreter is still alive: left to interpreter teardown, gloo's
+    worker threads can abort the process (SIGABRT) after a run that otherwise succeeded."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def world_size() -> int:

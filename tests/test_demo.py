@@ -1,0 +1,191 @@
+"""The demo: generated data read by mmdet's and mmseg's own dataset classes, a short run of the
+README's pipeline (generation, 2-process training, checkpoint, evaluation, inference, curves),
+and the inference tool's errors."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mmcv.transforms import LoadImageFromFile
+from shapely.ops import unary_union
+
+from conftest import ROOT
+from test_launch import free_port
+from xcit_dense.datasets.synthetic import SHAPES, make_scene, write_coco_set, write_segmentation_set
+
+DET_CONFIG = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
+SEG_CONFIG = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
+
+
+def run(*args, env=None, check=True):
+    proc = subprocess.run([str(a) for a in args], cwd=ROOT, capture_output=True, text=True, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_coco_set_loads_in_mmdet(tmp_path):
+    from mmdet.datasets import CocoDataset
+    from mmdet.datasets.transforms import LoadAnnotations
+    ann_file = write_coco_set(tmp_path, 'train', 12, size=(96, 96), seed=0)
+    coco = json.loads(ann_file.read_text())
+    dataset = CocoDataset(data_root=str(tmp_path), ann_file='annotations/instances_train.json',
+                          data_prefix=dict(img='train/'), metainfo=dict(classes=SHAPES),
+                          pipeline=[LoadImageFromFile(), LoadAnnotations(with_bbox=True, with_mask=True)])
+    assert len(dataset) == 12 and dataset.metainfo['classes'] == SHAPES
+    assert [c['name'] for c in coco['categories']] == list(SHAPES)
+    by_image = {}
+    for ann in coco['annotations']:
+        by_image.setdefault(ann['image_id'], []).append(ann)
+    labels = []
+    for i in range(len(dataset)):
+        sample = dataset[i]
+        anns = by_image[sample['img_id']]
+        assert sample['img'].shape == (96, 96, 3)
+        # masks decoded by mmdet have exactly the areas of the json, boxes match
+        np.testing.assert_array_equal(sample['gt_masks'].areas, [a['area'] for a in anns])
+        boxes = [[x, y, x + w, y + h] for x, y, w, h in (a['bbox'] for a in anns)]
+        np.testing.assert_allclose(sample['gt_bboxes'].numpy(), boxes, atol=1e-3)
+        labels += list(sample['gt_bboxes_labels'])
+    assert len(labels) == len(coco['annotations']) and set(labels) == {0, 1, 2}
+    # the same seed gives the same set, another seed another one
+    again = write_coco_set(tmp_path / 'again', 'train', 12, size=(96, 96), seed=0)
+    other = write_coco_set(tmp_path / 'other', 'train', 12, size=(96, 96), seed=1)
+    assert again.read_text() == ann_file.read_text() != other.read_text()
+
+
+def test_ade_set_loads_in_mmseg(tmp_path):
+    from mmseg.datasets import BaseSegDataset
+    from mmseg.datasets.transforms import LoadAnnotations
+    write_segmentation_set(tmp_path, 'training', 6, size=(96, 96), seed=3, max_objects=5)
+    dataset = BaseSegDataset(data_root=str(tmp_path), img_suffix='.jpg', seg_map_suffix='.png',
+                             metainfo=dict(classes=('background', *SHAPES)),
+                             data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
+                             pipeline=[LoadImageFromFile(), LoadAnnotations()])
+    assert len(dataset) == 6 and dataset.metainfo['classes'] == ('background', *SHAPES)
+    rng = np.random.default_rng(3)
+    for i in range(len(dataset)):
+        _, objects, labels = make_scene(rng, (96, 96), max_objects=5)
+        seg = dataset[i]['gt_seg_map']
+        np.testing.assert_array_equal(seg, labels)
+        # each class's pixels cover its objects' visible polygons (up to the outline's pixels)
+        for k in range(len(SHAPES)):
+            polygons = [o.visible for o in objects if o.label == k]
+            area = sum(p.area for p in polygons)
+            outline = sum(p.length for p in polygons)
+            assert abs((seg == k + 1).sum() - area) <= outline + 1
+    # visible parts of a scene never overlap
+    _, objects, _ = make_scene(np.random.default_rng(0), (128, 128), max_objects=8)
+    assert unary_union([o.visible for o in objects]).area == pytest.approx(sum(o.visible.area for o in objects))
+
+
+@pytest.fixture(scope='module')
+def demo_run(tmp_path_factory):
+    """The README's pipeline, shrunk: tiny data, 2 iterations per process, 2 processes."""
+    tmp = tmp_path_factory.mktemp('demo')
+    run(sys.executable, 'tools/make_demo_data.py', '--out', tmp, '--only', 'coco', '--num-train', 8,
+        '--num-val', 3, '--size', 64, 64)
+    again = run(sys.executable, 'tools/make_demo_data.py', '--out', tmp, '--only', 'coco',
+                '--num-train', 8, '--num-val', 3, '--size', 64, 64)
+    assert 'is complete' in again.stdout
+    data = tmp / 'demo_coco'
+    val_ann = str(data / 'annotations/instances_val.json')
+    config = tmp / 'demo_tiny.py'
+    config.write_text(
+        f"_base_ = [{str(DET_CONFIG)!r}]\n"
+        f"train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,"
+        f" dataset=dict(data_root={str(data)!r}))\n"
+        f"val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,"
+        f" dataset=dict(data_root={str(data)!r}))\n"
+        f"test_dataloader = val_dataloader\n"
+        f"val_evaluator = dict(ann_file={val_ann!r})\n"
+        f"test_evaluator = val_evaluator\n"
+        f"train_cfg = dict(max_epochs=1, val_interval=1)\n"
+        f"default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))\n")
+    work = tmp / 'work'
+    env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable)
+    train = run('bash', 'tools/dist_train.sh', config, 2, '--work-dir', work, env=env)
+    assert 'world size 2' in train.stdout + train.stderr
+    return tmp, config, work
+
+
+def test_demo_trains_evaluates_and_draws(demo_run):
+    tmp, config, work = demo_run
+    checkpoint = work / 'epoch_1.pth'
+    assert (work / 'last_checkpoint').read_text().strip() == str(checkpoint)
+    test = run(sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval')
+    assert 'coco/bbox_mAP' in test.stdout and 'coco/segm_mAP' in test.stdout
+    out = tmp / 'pictures'
+    infer = run(sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val',
+                '--out-dir', out, '--mosaic', tmp / 'mosaic.png')
+    assert '3 of 3 images done' in infer.stdout
+    assert sorted(p.name for p in out.glob('*.png')) == [f'val_{i:05d}.png' for i in range(3)]
+    assert (tmp / 'mosaic.png').stat().st_size > 0
+    results = json.loads((out / 'results.json').read_text())
+    assert results['task'] == 'detection' and results['classes'] == list(SHAPES)
+    for entry in results['images']:
+        for inst in entry['instances']:
+            assert inst['class'] in SHAPES and len(inst['bbox']) == 4 and inst['mask']['size'] == [64, 64]
+            assert all(0 <= v <= 64 for v in inst['bbox'])  # in the image's pixels, not the picture's
+    plot = run(sys.executable, 'tools/plot_logs.py', work)
+    assert (work / 'curves.png').stat().st_size > 0 and 'coco/bbox_mAP' in plot.stdout
+
+
+def test_infer_reports_bad_inputs_and_goes_on(demo_run):
+    tmp, config, work = demo_run
+    checkpoint = work / 'epoch_1.pth'
+    folder = tmp / 'mixed'
+    folder.mkdir()
+    for name in ('val_00000.jpg', 'val_00001.jpg'):
+        (folder / name).write_bytes((tmp / 'demo_coco/val' / name).read_bytes())
+    (folder / 'notes.txt').write_text('not an image')
+    out = tmp / 'mixed_out'
+    proc = run(sys.executable, 'tools/infer.py', config, checkpoint, folder, tmp / 'missing.jpg',
+               '--out-dir', out, check=False)
+    assert proc.returncode == 1
+    assert 'notes.txt: not an image' in proc.stderr and 'missing.jpg: no such file' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert sorted(p.name for p in out.glob('*.png')) == ['val_00000.png', 'val_00001.png']
+    errors = [e for e in json.loads((out / 'results.json').read_text())['images'] if 'error' in e]
+    assert len(errors) == 2
+    # a segmentation checkpoint with the detection config
+    seg_ckpt = tmp / 'segmentor.pth'
+    torch.save({'state_dict': {'decode_head.conv_seg.weight': torch.zeros(4, 8, 1, 1)}}, seg_ckpt)
+    proc = run(sys.executable, 'tools/infer.py', config, seg_ckpt, folder, check=False)
+    assert proc.returncode != 0 and 'holds a segmentation model' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_segmentation_demo_short_run(tmp_path):
+    """UperNet's demo config through the same tools, one process and 2 iterations."""
+    run(sys.executable, 'tools/make_demo_data.py', '--out', tmp_path, '--only', 'ade', '--num-train', 4,
+        '--num-val', 2, '--size', 64, 64)
+    data = str(tmp_path / 'demo_ade')
+    work = tmp_path / 'work'
+    loaders = [f'{split}_dataloader.{key}' for split in ('train', 'val', 'test')
+               for key in ('num_workers=0', 'persistent_workers=False', f'dataset.data_root={data}')]
+    run(sys.executable, 'tools/train.py', SEG_CONFIG, '--work-dir', work, '--cfg-options', *loaders,
+        'train_dataloader.batch_size=2', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
+        'default_hooks.checkpoint.interval=2', 'default_hooks.logger.interval=1')
+    checkpoint = work / 'iter_2.pth'
+    test = run(sys.executable, 'tools/test.py', SEG_CONFIG, checkpoint, '--work-dir', tmp_path / 'eval',
+               '--cfg-options', *loaders)
+    assert 'mIoU' in test.stdout
+    out = tmp_path / 'pictures'
+    run(sys.executable, 'tools/infer.py', SEG_CONFIG, checkpoint, Path(data) / 'images/validation',
+        '--out-dir', out)
+    assert len(list(out.glob('*.png'))) == 2
+    results = json.loads((out / 'results.json').read_text())
+    assert results['task'] == 'segmentation'
+    assert sum(s['area'] for s in results['images'][0]['segments']) == 64 * 64
+    run(sys.executable, 'tools/plot_logs.py', work)
+    assert (work / 'curves.png').stat().st_size > 0
+    # a detection checkpoint with the segmentation config
+    det_ckpt = tmp_path / 'detector.pth'
+    torch.save({'state_dict': {'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 8)}}, det_ckpt)
+    proc = run(sys.executable, 'tools/infer.py', SEG_CONFIG, det_ckpt, out, check=False)
+    assert proc.returncode != 0 and 'holds a detection model' in proc.stderr

@@ -119,6 +119,7 @@ def test_demo_trains_evaluates_and_draws(demo_run):
     assert (work / 'last_checkpoint').read_text().strip() == str(checkpoint)
     test = run(sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval')
     assert 'coco/bbox_mAP' in test.stdout and 'coco/segm_mAP' in test.stdout
+    assert 'test: 100%' in test.stderr and '2/2 [' in test.stderr  # the progress bar over 3 images
     out = tmp / 'pictures'
     infer = run(sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val',
                 '--out-dir', out, '--mosaic', tmp / 'mosaic.png')

@@ -12,7 +12,7 @@ from xcit_dense.builder import load_config
 from xcit_dense.engine import init_distributed, world_size
 from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
 from xcit_dense.engine.dist import describe_topology
-from xcit_dense.engine.run_config import adapt_to_machine
+from xcit_dense.engine.run_config import adapt_to_machine, add_hooks
 from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
 
 
@@ -64,6 +64,7 @@ def main() -> None:
     backend = init_distributed(args.launcher)
     adapt_to_machine(cfg, world_size())
     configure_outputs(cfg, args.out, args.show_dir)
+    add_hooks(cfg, [dict(type='EvalProgressHook')])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
     cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight

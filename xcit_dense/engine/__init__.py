@@ -1,5 +1,5 @@
 """Run-time pieces around MMEngine's Runner: batch plans, process groups, checkpoints, hooks."""
-from . import hooks  # noqa: F401  (registers ThroughputHook and PreemptionHook)
+from . import hooks  # noqa: F401  (registers the hooks with MMEngine)
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .dist import gpus_present, init_distributed, world_size
 

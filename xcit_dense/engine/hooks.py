@@ -1,4 +1,5 @@
-"""Training hooks: throughput over all ranks, and a checkpoint on preemption signals."""
+"""Runner hooks: throughput over all ranks, a checkpoint on preemption signals, a non-finite
+loss guard, the batch plan in checkpoints, and progress bars for evaluation."""
 import math
 import os
 import signal
@@ -11,6 +12,7 @@ import torch
 import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+from tqdm import tqdm
 
 from .checkpoints import write_pointer
 from .dist import world_size
@@ -31,6 +33,48 @@ class ThroughputHook(Hook):
         images = len(data_batch['inputs']) * world_size() if data_batch else 0
         runner.message_hub.update_scalar('train/img_per_s', images / max(now - self._last, 1e-9))
         self._last = now
+
+
+@HOOKS.register_module()
+class EvalProgressHook(Hook):
+    """A progress bar over the batches of each validation and test run (rank 0, on stderr):
+    MMEngine only logs every ``logger.interval`` batches."""
+
+    priority = 'VERY_LOW'
+
+    def __init__(self) -> None:
+        self._bar: Optional[tqdm] = None
+
+    def _open(self, runner, loop, desc: str) -> None:
+        if runner.rank == 0:
+            self._bar = tqdm(total=len(loop.dataloader), desc=desc, unit='batch', file=sys.stderr)
+
+    def _advance(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def before_val_epoch(self, runner) -> None:
+        self._open(runner, runner.val_loop, 'validation')
+
+    def after_val_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._advance()
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self._close()
+
+    def before_test_epoch(self, runner) -> None:
+        self._open(runner, runner.test_loop, 'test')
+
+    def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._advance()
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        self._close()
 
 
 @HOOKS.register_module()

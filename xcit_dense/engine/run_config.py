@@ -55,14 +55,19 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         cfg.optim_wrapper.dtype = 'bfloat16'
 
 
-def add_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
-    """Throughput logging, checkpoint-on-signal, non-finite loss guard, batch plan in
-    checkpoints, and atomic checkpoint writes."""
-    ours = [dict(type='ThroughputHook'), dict(type='PreemptionHook'),
-            dict(type='NonFiniteLossHook', skip=skip_nonfinite), dict(type='BatchPlanHook', plan=plan)]
+def add_hooks(cfg: Config, ours: list) -> None:
+    """Append ``ours`` to the config's custom hooks, except types the config already has."""
     hooks = list(cfg.get('custom_hooks') or [])
     present = {hook.get('type') for hook in hooks}
     cfg.custom_hooks = hooks + [hook for hook in ours if hook['type'] not in present]
+
+
+def add_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
+    """Throughput logging, checkpoint-on-signal, non-finite loss guard, batch plan in
+    checkpoints, evaluation progress bars, and atomic checkpoint writes."""
+    add_hooks(cfg, [dict(type='ThroughputHook'), dict(type='PreemptionHook'),
+                    dict(type='NonFiniteLossHook', skip=skip_nonfinite),
+                    dict(type='BatchPlanHook', plan=plan), dict(type='EvalProgressHook')])
     checkpoint = cfg.get('default_hooks', {}).get('checkpoint')
     if checkpoint is not None and not checkpoint.get('backend_args'):
         checkpoint['backend_args'] = dict(backend='atomic_local')

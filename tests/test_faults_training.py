@@ -74,7 +74,7 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
     two = subprocess.run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '2', '--work-dir',
                           str(work_dir), '--scale-lr', '--cfg-options', 'train_cfg.max_iters=2'],
                          env=launch_env(PORT=free_port()), capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stdout[-3000:]
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
     one = subprocess.run(train_cmd(config, work_dir, '--resume', '--scale-lr'), env=launch_env(),
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]

@@ -237,7 +237,7 @@ def main() -> None:
             draw(visualizer, scope, shown, drawn, picture, args.score_thr)
         except (RuntimeError, ValueError, MemoryError) as exc:  # e.g. out of memory for a huge image
             message = (f'{path}: inference failed for this {image.shape[1]}x{image.shape[0]} image: '
-                       f'{type(exc).__name__}: {str(exc).splitlines()[0][:300]}')
+                       f'{type(exc).__name__}: {(str(exc).splitlines() or [""])[0][:300]}')
             tqdm.write(f'error: {message}', file=sys.stderr)
             results.append(dict(image=path, error=message))
             failures += 1

@@ -8,6 +8,7 @@
   missing or corrupt image, a label map with values outside the classes) is reported, counted
   and replaced by another one, so an epoch is never lost to one bad sample.
 """
+import logging
 import random
 from collections import Counter
 from typing import Any, List, Union
@@ -28,12 +29,12 @@ class CheckedCocoDataset(CocoDataset):
         data_list = super().load_data_list()
         if self.problems:
             summary = ', '.join(f'{n} {what}' for what, n in sorted(self.problems.items()))
-            print_log(f'{self.ann_file}: skipped {summary}', logger='current', level=30)
+            print_log(f'{self.ann_file}: skipped {summary}', logger='current', level=logging.WARNING)
         return data_list
 
     def _drop(self, what: str, detail: str) -> None:
         self.problems[what] += 1
-        print_log(f'{self.ann_file}: {detail}: skipped', logger='current', level=30)
+        print_log(f'{self.ann_file}: {detail}: skipped', logger='current', level=logging.WARNING)
 
     def parse_data_info(self, raw_data_info: dict) -> Union[dict, List[dict]]:
         image = raw_data_info['raw_img_info']
@@ -65,7 +66,7 @@ class CheckedCocoDataset(CocoDataset):
                 self.problems['images without annotations'] += len(empty)
                 print_log(f'{self.ann_file}: {len(empty)} image(s) without usable annotations '
                           f'are not used for training: {", ".join(empty[:5])}'
-                          + (' ...' if len(empty) > 5 else ''), logger='current', level=30)
+                          + (' ...' if len(empty) > 5 else ''), logger='current', level=logging.WARNING)
         return valid
 
 
@@ -122,7 +123,7 @@ class SkipBadSamples:
                 self.skipped += 1
                 print_log(f'skipping {self._describe(idx)}: {type(exc).__name__}: {exc} '
                           f'({self.skipped} bad sample(s) so far in this process)',
-                          logger='current', level=30)
+                          logger='current', level=logging.WARNING)
                 idx = random.randrange(len(self.dataset))
         raise RuntimeError(f'{self.max_tries} samples in a row could not be loaded: '
                            f'the dataset is broken, see the warnings above')

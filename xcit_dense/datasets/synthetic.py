@@ -20,7 +20,6 @@ import numpy as np
 from PIL import Image, ImageDraw
 from pycocotools import mask as mask_utils
 from shapely.geometry import Polygon, box as shapely_box
-from shapely.ops import unary_union
 from tqdm import tqdm
 
 SHAPES = ('rectangle', 'ellipse', 'triangle')

@@ -7,6 +7,7 @@ while saving never leaves a truncated checkpoint under a checkpoint's name.
 """
 import codecs
 import glob
+import logging
 import os
 import re
 from typing import List, Optional
@@ -97,11 +98,11 @@ def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
             read_checkpoint(path)
         except (CheckpointError, FileNotFoundError) as exc:
             problems.append(str(exc))
-            print_log(f'{exc}; trying an older checkpoint', logger='current', level=30)
+            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
             continue
         if problems:
             print_log(f'resuming from {path}, the newest checkpoint that loads', logger='current',
-                      level=30)
+                      level=logging.WARNING)
         return path
     if problems:
         raise CheckpointError(f'no checkpoint in {work_dir} can be loaded: ' + '; '.join(problems))

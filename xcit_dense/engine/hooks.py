@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+from mmengine.runner import EpochBasedTrainLoop
 from tqdm import tqdm
 
 from .checkpoints import write_pointer
@@ -206,7 +207,7 @@ class BatchPlanHook(Hook):
                     state[key] = [v * lr_factor for v in state[key]]
         meta = checkpoint['meta']
         acc_old, acc_new = old['accumulation'], self.plan['accumulation']
-        if acc_old != acc_new and not runner.train_loop.__class__.__name__.startswith('Epoch'):
+        if acc_old != acc_new and not isinstance(runner.train_loop, EpochBasedTrainLoop):
             steps = meta['iter'] // acc_old
             meta['iter'] = steps * acc_new
             for state in checkpoint.get('param_schedulers', []) or []:

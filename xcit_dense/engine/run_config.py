@@ -1,4 +1,5 @@
 """Turning a training config into a Runner config for this machine: norms, wrappers, precision."""
+import logging
 from typing import Any, Optional
 
 from mmengine.config import Config
@@ -45,7 +46,7 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         raise ValueError(f"--amp takes fp16 or bf16, got {dtype!r}")
     if not gpus_present():
         print_log(f'--amp {dtype} asked for, but there is no GPU: training in fp32', logger='current',
-                  level=30)
+                  level=logging.WARNING)
         return
     cfg.optim_wrapper.type = 'AmpOptimWrapper'
     if dtype == 'fp16':

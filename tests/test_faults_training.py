@@ -1,5 +1,6 @@
 """Training faults, provoked for real: a NaN loss, a rank killed mid-run, a change of world size."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -83,3 +84,21 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
     assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
     assert 'resumed epoch: 0, iter: 2' in log
     assert 'lr: 7.5000e-06' in log and 'Iter(train) [4/4]' in log
+
+
+def test_resume_with_more_accumulation_keeps_the_optimizer_steps(tmp_path, seg_data):
+    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
+                             default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
+                                                visualization=dict(draw=False)))
+    work_dir = tmp_path / 'run'
+    first = subprocess.run(train_cmd(config, work_dir, '--cfg-options', 'train_cfg.max_iters=2'),
+                           env=launch_env(), capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = subprocess.run(train_cmd(config, work_dir, '--resume', '--accumulation', '2'), env=launch_env(),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = again.stdout + again.stderr
+    assert 'Resuming under a new batch plan: world size 1 -> 1, accumulation 1 -> 2' in log
+    # 2 optimizer steps done = 4 micro-iterations at accumulation 2; 4 steps in all = 8 micro-iterations
+    assert 'resumed epoch: 0, iter: 4' in log
+    assert re.search(r'Iter\(train\) \[ ?8/8\]', log) and not re.search(r'Iter\(train\) \[ ?[1-4]/8\]', log)

@@ -4,12 +4,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine import init_distributed, world_size
+from xcit_dense.engine import process_group, world_size
 from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.run_config import adapt_to_machine, add_hooks
@@ -61,7 +62,12 @@ def main() -> None:
     except (ValueError, CheckpointError) as exc:
         sys.exit(f'error: {exc}')
     cfg.launcher = args.launcher
-    backend = init_distributed(args.launcher)
+    with process_group(args.launcher) as backend:
+        evaluate(cfg, args, backend)
+
+
+def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
+    """Build the Runner and test; the Runner is garbage once this returns."""
     adapt_to_machine(cfg, world_size())
     configure_outputs(cfg, args.out, args.show_dir)
     add_hooks(cfg, [dict(type='EvalProgressHook')])

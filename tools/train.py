@@ -3,12 +3,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine import apply_batch_plan, init_distributed, resolve_batch_plan, world_size
+from xcit_dense.engine import apply_batch_plan, process_group, resolve_batch_plan, world_size
 from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_matches_model,
                                            find_resumable_checkpoint)
 from xcit_dense.engine.config_check import check_data_files
@@ -55,7 +56,12 @@ def main() -> None:
     except ValueError as exc:
         sys.exit(f'error in {args.config}: {exc}')
     cfg.launcher = args.launcher
-    backend = init_distributed(args.launcher)
+    with process_group(args.launcher) as backend:
+        train(cfg, args, backend)
+
+
+def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
+    """Plan the batch, build the Runner and train; the Runner is garbage once this returns."""
     try:
         plan = resolve_batch_plan(cfg, world_size(), args.accumulation, args.keep_total_batch,
                                   args.scale_lr)

@@ -1,14 +1,25 @@
-"""Process-group setup that also works without GPUs (gloo on CPU), before MMEngine's Runner.
+"""Process-group set-up and tear-down for the entry points; gloo on CPUs, NCCL on GPUs.
 
 MMEngine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` unconditionally and defaults to
 NCCL, so it fails on a machine without GPUs. Initialising the group here first makes the Runner
 skip its own initialisation.
+
+Tear-down (see docs/exit-abort.md): a gloo group whose worker threads are still running when
+the interpreter finalises can abort a finished run (SIGABRT): a worker that drops the last
+reference to a finished collective must take the GIL to free the tensors' Python objects, and a
+thread that asks for the GIL during finalisation is ended by ``pthread_exit``, which
+``std::terminate``s inside a C++ destructor. So the group must really be destroyed, its threads
+joined, before the interpreter finalises: ``process_group`` does that.
 """
-import atexit
+import gc
+import logging
 import os
 import subprocess
+import sys
+import traceback
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Optional
+from typing import Iterator, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -52,15 +63,90 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
     else:
         backend = 'gloo'
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    atexit.register(_leave_group)
     return backend
 
 
-def _leave_group() -> None:
-    """Destroy the group while the interpreter is still alive: left to interpreter teardown, gloo's
-    worker threads can abort the process (SIGABRT) after a run that otherwise succeeded."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def gloo_worker_threads() -> List[int]:
+    """Thread ids of the gloo work threads alive in this process (Linux; empty elsewhere)."""
+    try:
+        tids = os.listdir('/proc/self/task')
+    except OSError:
+        return []
+    alive = []
+    for tid in tids:
+        try:
+            with open(f'/proc/self/task/{tid}/comm') as comm:
+                if comm.read().strip() == 'pt_gloo_runloop':
+                    alive.append(int(tid))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return alive
+
+
+def leave_process_group(sync_timeout_s: float = 60.0) -> None:
+    """End a finished run: the ranks meet (within ``sync_timeout_s``), then the group is destroyed
+    and its threads joined while the interpreter is alive. Raises RuntimeError when a peer does
+    not arrive, or when something still holds the group after its destruction."""
+    if not dist.is_initialized():
+        return
+    if dist.get_backend() == 'gloo':
+        dist.monitored_barrier(timeout=timedelta(seconds=sync_timeout_s))  # names a missing rank
+    else:
+        dist.barrier()
+    gc.collect()  # a finished Runner and its DDP wrapper (which holds the group) sit in cycles
+    dist.destroy_process_group()
+    if gloo_worker_threads():
+        raise RuntimeError('the process group is still referenced after destroy_process_group: its '
+                           'gloo threads would run into interpreter exit (see docs/exit-abort.md)')
+
+
+def _exit_now(exc: BaseException) -> None:
+    """Report ``exc`` as the interpreter would, flush the logs and end the process at once.
+
+    An error path must not wait for peers that may be dead, and destroying the group would
+    (its destructor joins threads that may be inside a collective), while leaving it to
+    interpreter exit risks the abort described above. Checkpoints are written atomically, so
+    nothing written is lost."""
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    elif isinstance(exc, KeyboardInterrupt):
+        code = 130
+    else:
+        traceback.print_exception(exc)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@contextmanager
+def process_group(launcher: str, timeout_s: int = 1800) -> Iterator[Optional[str]]:
+    """Join the process group for the run inside the block, yielding the backend (None for one
+    process), and leave it properly at the end.
+
+    Run the work inside the block in a function, so that its Runner (whose DDP wrapper holds the
+    group) is garbage when the block ends. A block that ends normally (or with exit code 0) leaves
+    through ``leave_process_group``; one that raises exits the process at once with the error's
+    message and code, waiting for no peer."""
+    backend = init_distributed(launcher, timeout_s)
+    if backend is None:
+        yield None
+        return
+    try:
+        yield backend
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _exit_now(exc)
+    except BaseException as exc:  # noqa: B902  (every failure ends the same way)
+        _exit_now(exc)
+    try:
+        leave_process_group()
+    except Exception as exc:  # a peer lost at the very end, or the group still held
+        _exit_now(SystemExit(f'error: the run finished, but leaving the process group failed: {exc}'))
 
 
 def world_size() -> int:

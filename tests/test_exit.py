@@ -1,0 +1,39 @@
+"""A finished multi-process run tears its process group down before interpreter exit (the exit
+abort of docs/exit-abort.md); a failing rank ends at once with its own error."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT
+from test_launch import free_port
+
+TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
+
+
+def run_repro(*args: str) -> subprocess.CompletedProcess:
+    cmd = [TORCHRUN, '--nproc_per_node=2', '--master_port', str(free_port()),
+           str(ROOT / 'tools/exit_repro.py'), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_finished_run_destroys_the_group_before_exit():
+    # Both ranks leave with no gloo thread alive, so none can meet the finalising interpreter,
+    # even with the threads starved (which makes the abort near certain before the fix). Fails
+    # when something still holds the group at its destruction (no collection of the Runner-like
+    # cycle) or when the group is left to an atexit handler.
+    for _ in range(3):
+        proc = run_repro('--starve')
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert proc.stdout.count('process group left; gloo threads alive: 0') == 2, proc.stdout
+
+
+def test_failing_rank_exits_at_once_with_its_error():
+    # The failing rank reports its own error; its peer, left inside a collective, fails too,
+    # neither waits for the group's timeout (300 s in the reproducer), the run is non-zero.
+    start = time.monotonic()
+    proc = run_repro('--fail-rank', '1')
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert 'RuntimeError: rank 1 failed on purpose' in proc.stderr
+    assert elapsed < 150, f'the failed run took {elapsed:.0f} s to end'

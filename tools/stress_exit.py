@@ -74,7 +74,9 @@ def main() -> None:
     args = parser.parse_args()
     # core files of this script's children only (the kernel writes them into the run's directory)
     resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(args.busy)]
+    # busy loops that end with this script, however it ends
+    spin = 'import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass'
+    busy = [subprocess.Popen([sys.executable, '-c', spin]) for _ in range(args.busy)]
     outcomes = collections.Counter()
     repro_args = [flag for flag, on in (('--before-fix', args.before_fix), ('--starve', args.starve)) if on]
     try:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import randomize_
-from xcit_dense.benchmark.report import CSV_COLUMNS, markdown
+from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
 from xcit_dense.benchmark.runner import job_spec, run_jobs
 from xcit_dense.benchmark.targets import TARGETS, compute_ratios, met
 from xcit_dense.models.xcit import XCiT
@@ -144,3 +144,21 @@ def test_a_target_bounds_a_value_by_min_max_or_tolerance():
     assert met({'max': 1.05}, 1.05) and not met({'max': 1.05}, 1.051)
     assert met({'min': 0.4}, 0.4) and not met({'min': 0.4}, 0.39)
     assert met({'tolerance': 0.1}, 0.95) and met({'tolerance': 0.1}, 1.08) and not met({'tolerance': 0.1}, 1.15)
+
+
+def test_growth_between_consecutive_resolutions_beside_the_pixel_ratio():
+    def row(model, res, time_ms, mem, status='ok'):
+        return dict(model=model, resolution=res, mode='infer', with_cp=False, status=status, time_ms=time_ms,
+                    peak_mem_mb=mem, peak_tensor_mb=None, note='' if status == 'ok' else 'skipped: over 1 GB')
+    rows = [row('xcit', 256, 10, 100), row('xcit', 512, 45, 410), row('xcit', 1024, 200, 1700),
+            row('vit', 256, 10, 100), row('vit', 512, 80, 900), row('vit', 1024, None, None, 'skipped')]
+    steps = growth(rows)
+    assert [(s['model'], s['low'], s['high']) for s in steps] == [('xcit', 256, 512), ('vit', 256, 512),
+                                                                  ('xcit', 512, 1024)]
+    assert steps[0]['pixel_ratio'] == 4 and steps[0]['time'] == pytest.approx(4.5)
+    assert steps[0]['memory'] == pytest.approx(4.1)
+    text = markdown(rows, {}, 'header')
+    assert '| model | mode | 256^2 -> 512^2 (pixels x4.00) | 512^2 -> 1024^2 (pixels x4.00) |' in text
+    assert '| xcit | infer | x4.50 / x4.10 | x4.44 / x4.15 |' in text
+    assert '| vit | infer | x8.00 / x9.00 |  |' in text  # no factor to or from a skipped run
+    assert 'Growth between' not in markdown(rows[:1], {}, 'header')  # one resolution: no section

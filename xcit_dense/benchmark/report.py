@@ -34,8 +34,44 @@ def _size(mb: float) -> str:
     return f'{mb / 1024:.2f} GB' if mb >= 1024 else f'{mb:.0f} MB'
 
 
+def growth(rows: List[dict]) -> List[dict]:
+    """Factors of time and peak memory from each resolution of the table to the next, beside their pixel ratio.
+
+    They show how a model scales: a factor near the pixel ratio is linear in pixels. A step with
+    a run that did not succeed has no entry; a memory factor over a non-positive peak is None.
+    """
+    main = [r for r in rows if not r.get('extra')]
+    resolutions = sorted({r['resolution'] for r in main})
+    done = {(r['model'], r['mode'], r['resolution']): r for r in main if r['status'] == 'ok'}
+    steps = []
+    for low, high in zip(resolutions, resolutions[1:]):
+        for (model, mode, res), a in done.items():
+            b = done.get((model, mode, high))
+            if res == low and b:
+                memory = b['peak_mem_mb'] / a['peak_mem_mb'] if a['peak_mem_mb'] > 0 else None
+                steps.append(dict(model=model, mode=mode, low=low, high=high, pixel_ratio=(high / low) ** 2,
+                                  time=b['time_ms'] / a['time_ms'], memory=memory))
+    return steps
+
+
+def _factors(step: dict) -> str:
+    return f"x{step['time']:.2f} / " + ('-' if step['memory'] is None else f"x{step['memory']:.2f}")
+
+
+def _growth_table(steps: List[dict]) -> List[str]:
+    spans = list(dict.fromkeys((s['low'], s['high']) for s in steps))
+    lines = ['**Growth between consecutive resolutions**: factor of time / of peak memory added', '',
+             '| model | mode | ' + ' | '.join(f'{lo}^2 -> {hi}^2 (pixels x{(hi / lo) ** 2:.2f})' for lo, hi in spans)
+             + ' |', '|---|---|' + '---|' * len(spans)]
+    for model, mode in dict.fromkeys((s['model'], s['mode']) for s in steps):
+        by_span = {(s['low'], s['high']): s for s in steps if (s['model'], s['mode']) == (model, mode)}
+        cells = [_factors(by_span[span]) if span in by_span else '' for span in spans]
+        lines.append(f'| {model} | {mode} | ' + ' | '.join(cells) + ' |')
+    return lines + ['']
+
+
 def markdown(rows: List[dict], ratios: dict, header: str) -> str:
-    """One table per mode: a row per model, a column per resolution, time and peak memory in the cells."""
+    """One table per mode (a row per model, a column per resolution), then the growth, extra runs and targets."""
     lines = [header, '']
     main = [r for r in rows if not r.get('extra')]
     resolutions = sorted({r['resolution'] for r in main})
@@ -52,6 +88,9 @@ def markdown(rows: List[dict], ratios: dict, header: str) -> str:
                      for res in resolutions]
             lines.append(f'| {model} | ' + ' | '.join(cells) + ' |')
         lines.append('')
+    steps = growth(rows)
+    if steps:
+        lines += _growth_table(steps)
     extra = [r for r in rows if r.get('extra')]
     if extra:
         lines += ['Extra measurements for the ratios:', '', '| model | mode | resolution | with_cp | result |',

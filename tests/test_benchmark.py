@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from conftest import randomize_
+from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
+from xcit_dense.benchmark.runner import job_spec, run_jobs
+from xcit_dense.benchmark.targets import TARGETS, compute_ratios, met
 from xcit_dense.models.xcit import XCiT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +27,7 @@ def bench():
     return module
 
 
-def test_smoke_run_writes_table_csv_and_plot(tmp_path, bench):
+def test_smoke_run_writes_table_csv_and_plot(tmp_path):
     out = tmp_path / 'bench'
     proc = subprocess.run(
         [sys.executable, 'tools/benchmark.py', '--backbones', 'xcit_t12_p16', '--resolutions', '64',
@@ -40,7 +43,7 @@ def test_smoke_run_writes_table_csv_and_plot(tmp_path, bench):
     with open(out / 'benchmark.csv', newline='') as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert reader.fieldnames == bench.CSV_COLUMNS
+    assert reader.fieldnames == CSV_COLUMNS
     assert sorted(r['mode'] for r in rows) == ['infer', 'train']
     for row in rows:
         assert (row['model'], row['kind'], row['resolution'], row['status']) == ('xcit_t12_p16', 'backbone', '64', 'ok')
@@ -60,17 +63,17 @@ def test_smoke_run_writes_table_csv_and_plot(tmp_path, bench):
 def test_a_run_over_the_memory_limit_is_killed_and_marked_skipped(bench):
     args = bench.parse_args(['--backbones', 'xcit_t12_p16', '--resolutions', '64', '--device', 'cpu',
                              '--max-mem-gb', '0.02', '--mode', 'infer'])
-    jobs = [bench._spec(args, 'xcit_t12_p16', r, 'infer') for r in (64, 96)]
-    rows = bench.measure(args, jobs, log=lambda _: None)
+    jobs = [job_spec(args, 'xcit_t12_p16', r, 'infer') for r in (64, 96)]
+    rows = run_jobs(args, jobs, log=lambda _: None)
     assert [r['status'] for r in rows] == ['skipped', 'skipped']
     assert rows[0]['note'] == 'skipped: over 0.02 GB'
     assert rows[1]['note'] == 'skipped: over 0.02 GB at 64'  # larger sizes are not attempted
-    assert 'skipped (over 0.02 GB)' in bench.markdown(rows, {}, 'header')
+    assert 'skipped (over 0.02 GB)' in markdown(rows, {}, 'header')
 
 
-def test_timm_reference_shares_the_weights_and_pyramid(bench):
+def test_timm_reference_shares_the_weights_and_pyramid():
     """The timm XCiT + plain-torch pyramid computes what this toolkit's backbone computes."""
-    bench._register_reference_models()
+    import xcit_dense.benchmark.catalogue  # noqa: F401  (registers the reference models)
     from mmengine.registry import MODELS
     ours = randomize_(XCiT(arch='tiny_12', patch_size=16), seed=1).eval()
     ref = MODELS.get('BenchTimmXCiTPyramid')('tiny_12', 16, source=ours).eval()
@@ -96,7 +99,7 @@ def test_ratios_summary_states_each_target(bench):
              (dict(pair='timm', model='xcit_s12_p16', resolution=1024), dict(status='skipped', note='skipped: x')),
              (dict(pair='cp', model='xcit_s12_p16', resolution=1024),
               dict(status='ok', times_ms=dict(with_cp=140, plain=100), ratio=1.4))]
-    ratios = bench.compute_ratios(args, rows, pairs)
+    ratios = compute_ratios(args, rows, pairs)
     text = '\n'.join(ratios['summary'])
     assert '**1.020** (target <= 1.05: met)' in text
     assert ('xcit_s12_p16 inference peak memory 1600^2 / 1024^2 (pixel ratio 2.44, target within 10%: '
@@ -105,4 +108,57 @@ def test_ratios_summary_states_each_target(bench):
     assert 'added 10000 -> 5000 MB, **50% less** (met); tensors 8000 -> 4400 MB, **45% less** (met)' in text
     assert '**+40%** (target <= +35%: NOT met)' in text
     assert ratios['with_cp']['peak_mem_mb']['cut'] == pytest.approx(0.5)
-    assert 'Target ratios' in bench.markdown(rows, ratios, 'header')
+    assert 'Target ratios' in markdown(rows, ratios, 'header')
+
+
+def test_verdicts_read_the_targets_given_as_data(bench):
+    """The same table meets or misses a target as the targets' limits say; the texts state those limits."""
+    args = bench.parse_args(['--backbones', 'xcit_s12_p16'])
+
+    def row(res, mode, mem, with_cp=False):
+        return dict(model='xcit_s12_p16', resolution=res, mode=mode, with_cp=with_cp, status='ok', time_ms=1.0,
+                    peak_mem_mb=mem, peak_tensor_mb=None)
+    rows = [row(1024, 'infer', 1000), row(1600, 'infer', 2000), row(1024, 'train', 10000),
+            row(1024, 'train', 5500, with_cp=True)]
+    pairs = [(dict(pair='timm', model='xcit_s12_p16', resolution=512),
+              dict(status='ok', times_ms=dict(ours=103, timm=100, ours_channels_last=90), ratio=1.03,
+                   ratio_channels_last=0.9)),
+             (dict(pair='cp', model='xcit_s12_p16', resolution=1024),
+              dict(status='ok', times_ms=dict(with_cp=130, plain=100), ratio=1.3))]
+    text = '\n'.join(compute_ratios(args, rows, pairs)['summary'])
+    assert '**1.030** (target <= 1.05: met)' in text
+    assert '(pixel ratio 2.44, target within 10%: 2.20-2.69): added 2000 / 1000 MB = **2.00**, NOT met' in text
+    assert 'with_cp (target >= 40% less memory): added 10000 -> 5500 MB, **45% less** (met)' in text
+    assert '**+30%** (target <= +35%: met)' in text
+
+    strict = dict(TARGETS, timm_time_ratio={'max': 1.02}, memory_over_pixel_ratio={'tolerance': 0.2},
+                  with_cp_memory_cut={'min': 0.5}, with_cp_time_increase={'max': 0.25})
+    text = '\n'.join(compute_ratios(args, rows, pairs, strict)['summary'])
+    assert '**1.030** (target <= 1.02: NOT met)' in text
+    assert '(pixel ratio 2.44, target within 20%: 1.95-2.93): added 2000 / 1000 MB = **2.00**, met' in text
+    assert 'with_cp (target >= 50% less memory): added 10000 -> 5500 MB, **45% less** (NOT met)' in text
+    assert '**+30%** (target <= +25%: NOT met)' in text
+
+
+def test_a_target_bounds_a_value_by_min_max_or_tolerance():
+    assert met({'max': 1.05}, 1.05) and not met({'max': 1.05}, 1.051)
+    assert met({'min': 0.4}, 0.4) and not met({'min': 0.4}, 0.39)
+    assert met({'tolerance': 0.1}, 0.95) and met({'tolerance': 0.1}, 1.08) and not met({'tolerance': 0.1}, 1.15)
+
+
+def test_growth_between_consecutive_resolutions_beside_the_pixel_ratio():
+    def row(model, res, time_ms, mem, status='ok'):
+        return dict(model=model, resolution=res, mode='infer', with_cp=False, status=status, time_ms=time_ms,
+                    peak_mem_mb=mem, peak_tensor_mb=None, note='' if status == 'ok' else 'skipped: over 1 GB')
+    rows = [row('xcit', 256, 10, 100), row('xcit', 512, 45, 410), row('xcit', 1024, 200, 1700),
+            row('vit', 256, 10, 100), row('vit', 512, 80, 900), row('vit', 1024, None, None, 'skipped')]
+    steps = growth(rows)
+    assert [(s['model'], s['low'], s['high']) for s in steps] == [('xcit', 256, 512), ('vit', 256, 512),
+                                                                  ('xcit', 512, 1024)]
+    assert steps[0]['pixel_ratio'] == 4 and steps[0]['time'] == pytest.approx(4.5)
+    assert steps[0]['memory'] == pytest.approx(4.1)
+    text = markdown(rows, {}, 'header')
+    assert '| model | mode | 256^2 -> 512^2 (pixels x4.00) | 512^2 -> 1024^2 (pixels x4.00) |' in text
+    assert '| xcit | infer | x4.50 / x4.10 | x4.44 / x4.15 |' in text
+    assert '| vit | infer | x8.00 / x9.00 |  |' in text  # no factor to or from a skipped run
+    assert 'Growth between' not in markdown(rows[:1], {}, 'header')  # one resolution: no section

@@ -1,0 +1,6 @@
+"""Speed and peak memory of XCiT and the backbones users would pick instead, against resolution.
+
+``catalogue``: the models measured; ``measure``: one measurement in a fresh process;
+``runner``: the runs and their limits; ``targets``: the acceptance targets and their verdicts;
+``report``: the table, CSV and plot. ``tools/benchmark.py`` is the command line over them.
+"""

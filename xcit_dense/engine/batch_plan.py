@@ -3,7 +3,8 @@
 The effective total batch is world size x images per GPU x accumulation steps. MMEngine's own
 ``auto_scale_lr`` ignores accumulation, and its iteration-based loops and schedulers count
 micro-iterations; this module resolves the plan once and rewrites the config so that the LR,
-the number of optimizer steps, warmup, decay and the intervals keep their recipe values.
+the number of optimizer steps, warmup, decay and the intervals keep their recipe values, and
+carries a checkpoint over when a resume changes the plan (``BatchPlanHook``).
 """
 from dataclasses import dataclass
 from typing import Optional

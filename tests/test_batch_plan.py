@@ -4,6 +4,7 @@ from mmengine.config import Config
 
 from conftest import ROOT
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
+from xcit_dense.engine.batch_plan import replan_checkpoint
 
 DET = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
 SEG = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
@@ -116,3 +117,20 @@ def test_train_tool_reports_a_bad_config_without_a_traceback(tmp_path):
     proc = subprocess.run([sys.executable, 'tools/train.py', 'configs/xcit/nope.py'],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and 'config file not found: configs/xcit/nope.py' in proc.stderr
+
+
+@pytest.mark.parametrize('iteration_based', [True, False])
+def test_a_checkpoint_under_more_accumulation_keeps_the_optimizer_steps(iteration_based):
+    """5 micro-iterations at accumulation 1 (5 steps) become 10 at accumulation 2; the LR doubles."""
+    old = dict(world_size=2, images_per_gpu=2, accumulation=1, effective_batch=4, lr=1e-4)
+    new = dict(world_size=2, images_per_gpu=2, accumulation=2, effective_batch=8, lr=2e-4)
+    checkpoint = dict(meta=dict(iter=5, batch_plan=old),
+                      optimizer=dict(param_groups=[dict(lr=1e-4, initial_lr=1e-4)]),
+                      param_schedulers=[dict(base_values=[1e-4], _last_value=[1e-4], last_step=5,
+                                             _global_step=5)])
+    replan_checkpoint(checkpoint, old, new, count_iterations=iteration_based)
+    steps = 10 if iteration_based else 5
+    assert checkpoint['meta']['iter'] == steps
+    assert checkpoint['optimizer']['param_groups'] == [dict(lr=2e-4, initial_lr=2e-4)]
+    assert checkpoint['param_schedulers'] == [dict(base_values=[2e-4], _last_value=[2e-4],
+                                                   last_step=steps, _global_step=steps)]

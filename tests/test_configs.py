@@ -187,7 +187,8 @@ def test_segmentation_recipe(path):
     assert cfg.train_cfg == dict(type='IterBasedTrainLoop', max_iters=max_iters,
                                  val_interval=interval)
     assert cfg.default_hooks.checkpoint == dict(type='CheckpointHook', by_epoch=False,
-                                                interval=interval)
+                                                interval=interval,
+                                                backend_args=dict(backend='atomic_local'))
 
     pipeline = cfg.train_dataloader.dataset.pipeline
     assert [step['type'] for step in pipeline] == [

@@ -13,7 +13,7 @@ from xcit_dense.builder import load_config
 from xcit_dense.engine import process_group, world_size
 from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
 from xcit_dense.engine.dist import describe_topology
-from xcit_dense.engine.run_config import adapt_to_machine, add_hooks
+from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
 from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
 
 
@@ -70,7 +70,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     """Build the Runner and test; the Runner is garbage once this returns."""
     adapt_to_machine(cfg, world_size())
     configure_outputs(cfg, args.out, args.show_dir)
-    add_hooks(cfg, [dict(type='EvalProgressHook')])
+    declare_hooks(cfg, names=['eval_progress'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
     cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight

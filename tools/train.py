@@ -15,7 +15,7 @@ from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_mat
 from xcit_dense.engine.config_check import check_data_files
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.engine.run_config import (adapt_to_machine, add_training_hooks, configure_amp,
+from xcit_dense.engine.run_config import (adapt_to_machine, configure_amp, configure_training_hooks,
                                           skip_bad_training_samples)
 from xcit_dense.models.checkpoint import CheckpointError
 
@@ -70,7 +70,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     apply_batch_plan(cfg, plan)
     adapt_to_machine(cfg, plan.world_size)
     configure_amp(cfg, args.amp)
-    add_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
+    configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
     skip_bad_training_samples(cfg)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
 

@@ -1,5 +1,6 @@
 # Runtime for the detection configs: hooks, logging, visualisation, environment.
 # default_scope and custom_imports come from the model bases.
+_base_ = './toolkit_hooks.py'
 
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),

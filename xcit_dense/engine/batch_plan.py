@@ -3,7 +3,8 @@
 The effective total batch is world size x images per GPU x accumulation steps. MMEngine's own
 ``auto_scale_lr`` ignores accumulation, and its iteration-based loops and schedulers count
 micro-iterations; this module resolves the plan once and rewrites the config so that the LR,
-the number of optimizer steps, warmup, decay and the intervals keep their recipe values.
+the number of optimizer steps, warmup, decay and the intervals keep their recipe values, and
+carries a checkpoint over when a resume changes the plan (``BatchPlanHook``).
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -86,6 +87,15 @@ def resolve_batch_plan(cfg: Config, world_size: int, accumulation: Optional[int]
                      scale_lr=bool(auto.get('enable', False)) if scale_lr is None else scale_lr)
 
 
+def recount(counter: int, old_accumulation: int, new_accumulation: int) -> int:
+    """A micro-iteration counter under another accumulation: whole optimizer steps x new accumulation.
+
+    Iteration counters count micro-iterations (optimizer steps x accumulation); a recipe counts
+    optimizer steps, which is accumulation 1.
+    """
+    return counter // old_accumulation * new_accumulation
+
+
 def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
     """Rewrite ``cfg`` in place for ``plan``; MMEngine's own LR scaling is switched off."""
     acc = plan.accumulation
@@ -99,12 +109,40 @@ def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
         if not sched.get('by_epoch', True):  # iteration-counted: count micro-iterations
             for key in ('begin', 'end', 'T_max'):
                 if isinstance(sched.get(key), int):
-                    sched[key] = sched[key] * acc
+                    sched[key] = recount(sched[key], 1, acc)
     loop = cfg.train_cfg
     if not loop.get('by_epoch', loop.get('type') == 'EpochBasedTrainLoop'):
         for key in ('max_iters', 'val_interval', 'val_begin'):
             if isinstance(loop.get(key), int):
-                loop[key] = loop[key] * acc
+                loop[key] = recount(loop[key], 1, acc)
     ckpt = cfg.get('default_hooks', {}).get('checkpoint')
     if ckpt is not None and not ckpt.get('by_epoch', True) and isinstance(ckpt.get('interval'), int):
-        ckpt['interval'] = ckpt['interval'] * acc
+        ckpt['interval'] = recount(ckpt['interval'], 1, acc)
+
+
+def replan_checkpoint(checkpoint: dict, old: dict, new: dict, count_iterations: bool) -> None:
+    """Carry a checkpoint written under plan ``old`` over to plan ``new`` (both ``as_dict()``).
+
+    The LR of the optimizer and schedulers is rescaled to the new plan; with
+    ``count_iterations`` (an iteration-based loop) the iteration counters are recounted so
+    that the number of optimizer steps done is kept.
+    """
+    lr_factor = new['lr'] / old['lr']
+    for group in checkpoint.get('optimizer', {}).get('param_groups', []):
+        for key in ('lr', 'initial_lr'):
+            if key in group:
+                group[key] *= lr_factor
+    schedulers = checkpoint.get('param_schedulers', []) or []
+    for state in schedulers:
+        for key in ('base_values', '_last_value'):
+            if isinstance(state.get(key), list):
+                state[key] = [v * lr_factor for v in state[key]]
+    acc_old, acc_new = old['accumulation'], new['accumulation']
+    if acc_old == acc_new or not count_iterations:
+        return
+    meta = checkpoint['meta']
+    meta['iter'] = recount(meta['iter'], acc_old, acc_new)
+    for state in schedulers:
+        for key in ('last_step', '_global_step'):
+            if isinstance(state.get(key), int):
+                state[key] = recount(state[key], acc_old, acc_new)

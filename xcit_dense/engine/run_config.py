@@ -1,11 +1,12 @@
 """Turning a training config into a Runner config for this machine: norms, wrappers, precision."""
 import logging
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from mmengine.config import Config
 from mmengine.logging import print_log
 
 from .dist import gpus_present
+from .hooks import TOOLKIT_HOOKS
 
 
 def replace_sync_bn(node: Any) -> int:
@@ -56,20 +57,37 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         cfg.optim_wrapper.dtype = 'bfloat16'
 
 
-def add_hooks(cfg: Config, ours: list) -> None:
-    """Append ``ours`` to the config's custom hooks, except types the config already has."""
-    hooks = list(cfg.get('custom_hooks') or [])
-    present = {hook.get('type') for hook in hooks}
-    cfg.custom_hooks = hooks + [hook for hook in ours if hook['type'] not in present]
+def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
+    """Settle the toolkit's ``default_hooks`` entries before the Runner is built.
+
+    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names``;
+    a type the config already has in ``custom_hooks`` is not added twice; an entry switched
+    off with None is dropped, since MMEngine only accepts None for its own default hooks.
+    """
+    if cfg.get('default_hooks') is None:
+        cfg.default_hooks = {}
+    default_hooks = cfg.default_hooks
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    for name, hook_type in TOOLKIT_HOOKS.items():
+        if hook_type in custom:
+            default_hooks.pop(name, None)
+        elif name not in default_hooks:
+            if name in names:
+                default_hooks[name] = dict(type=hook_type)
+        elif default_hooks[name] is None:
+            del default_hooks[name]
 
 
-def add_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
-    """Throughput logging, checkpoint-on-signal, non-finite loss guard, batch plan in
-    checkpoints, evaluation progress bars, and atomic checkpoint writes."""
-    add_hooks(cfg, [dict(type='ThroughputHook'), dict(type='PreemptionHook'),
-                    dict(type='NonFiniteLossHook', skip=skip_nonfinite),
-                    dict(type='BatchPlanHook', plan=plan), dict(type='EvalProgressHook')])
-    checkpoint = cfg.get('default_hooks', {}).get('checkpoint')
+def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
+    """The toolkit's training hooks with this run's arguments: the batch plan in checkpoints,
+    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes."""
+    declare_hooks(cfg)
+    default_hooks = cfg.default_hooks
+    if 'batch_plan' in default_hooks:
+        default_hooks['batch_plan']['plan'] = plan
+    if skip_nonfinite and 'nonfinite_loss' in default_hooks:
+        default_hooks['nonfinite_loss']['skip'] = True
+    checkpoint = default_hooks.get('checkpoint')
     if checkpoint is not None and not checkpoint.get('backend_args'):
         checkpoint['backend_args'] = dict(backend='atomic_local')
 

@@ -1,6 +1,7 @@
 # The authors' ADE20K schedule for 80k iterations: AdamW, 1500-iteration linear warmup
 # from 1e-6 of the learning rate, then poly decay (power 1) to 0; checkpoint and evaluate
 # every 8000 iterations.
+_base_ = '../toolkit_hooks.py'  # merged into default_hooks below
 max_iters = 80000
 interval = 8000
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=interval)

@@ -1,0 +1,20 @@
+# The toolkit's hooks, as named default_hooks entries: default_hooks merges by name on
+# inheritance (a custom_hooks list would be replaced whole by a config that sets its own), and
+# an entry is switched off by name, e.g. --cfg-options default_hooks.throughput=None.
+# Inherited by default_runtime_det.py and the segmentation schedules, which hold the
+# default_hooks of their configs. tools/train.py sets the run-time arguments (the batch plan,
+# --skip-nonfinite). The hook types come with custom_imports of xcit_dense (the model bases).
+
+default_hooks = dict(
+    # images per second over all ranks in the log (img_per_s)
+    throughput=dict(type='ThroughputHook'),
+    # SIGTERM/SIGUSR1: checkpoint at the next iteration, requeue under Slurm, exit
+    preemption=dict(type='PreemptionHook'),
+    # a NaN/inf loss makes no update; stop (or skip the batch with skip=True)
+    nonfinite_loss=dict(type='NonFiniteLossHook'),
+    # the batch plan in checkpoints; a resume under another plan keeps the optimizer steps
+    batch_plan=dict(type='BatchPlanHook'),
+    # progress bars for validation and test
+    eval_progress=dict(type='EvalProgressHook'),
+    # checkpoints are written to a temporary file and renamed, never left half-written
+    checkpoint=dict(backend_args=dict(backend='atomic_local')))

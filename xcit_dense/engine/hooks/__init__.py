@@ -1,0 +1,17 @@
+"""Runner hooks of the toolkit, one per module; importing the package registers them with MMEngine.
+
+The runtime base configs declare them as named ``default_hooks`` entries (see TOOLKIT_HOOKS).
+"""
+from .batch_plan import BatchPlanHook
+from .eval_progress import EvalProgressHook
+from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
+from .preemption import PreemptionHook
+from .throughput import ThroughputHook
+
+# the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them
+TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
+                     nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
+                     eval_progress='EvalProgressHook')
+
+__all__ = ['BatchPlanHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
+           'PreemptionHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

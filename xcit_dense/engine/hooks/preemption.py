@@ -1,0 +1,60 @@
+"""A checkpoint on preemption signals, so that a requeued job loses at most one iteration."""
+import os
+import signal
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ..checkpoints import write_pointer
+from ..dist import world_size
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """On SIGTERM or SIGUSR1, checkpoint at the next iteration boundary and stop.
+
+    Under Slurm the job then requeues itself (``scontrol requeue``) so that the requeued run,
+    started with ``--resume``, continues from that checkpoint. The process exits with
+    128 + the signal number. All ranks stop at the same iteration.
+    """
+
+    priority = 'VERY_LOW'  # after the regular checkpoint hook
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def before_train(self, runner) -> None:
+        """Catch the signals instead of dying mid-iteration."""
+        self._received = 0
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        """Only note the signal: the checkpoint is written between iterations."""
+        self._received = signum
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        """Checkpoint, requeue and exit once any rank has been signalled."""
+        received = torch.tensor([self._received])
+        if world_size() > 1:  # every rank stops when any rank was signalled
+            dist.all_reduce(received, op=dist.ReduceOp.MAX)
+        signum = int(received.item())
+        if not signum:
+            return
+        name = signal.Signals(signum).name
+        step = runner.iter + 1
+        filename = f'iter_{step}.pth'
+        runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')
+        runner.save_checkpoint(runner.work_dir, filename, by_epoch=False,
+                               backend_args=dict(backend='atomic_local'))
+        if runner.rank == 0:
+            write_pointer(runner.work_dir, os.path.join(runner.work_dir, filename))
+            job = os.environ.get('SLURM_JOB_ID')
+            if job:
+                runner.logger.info(f'requeueing Slurm job {job}')
+                subprocess.run(['scontrol', 'requeue', job], check=False)
+        if world_size() > 1:
+            dist.barrier()
+        sys.exit(128 + signum)

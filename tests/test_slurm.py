@@ -104,3 +104,27 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
     assert f'resumed epoch: 0, iter: {saved}' in text
     assert re.search(r'Iter\(train\) \[12/12\]', text)
     assert (work_dir / 'iter_12.pth').exists()
+
+
+def srun_env(cluster: slurm_cluster.PrivateSlurmCluster) -> str:
+    """SLURM_CONF and CUDA_VISIBLE_DEVICES as seen by two tasks that srun starts on the cluster."""
+    run = cluster.run('srun', '-p', 'debug', '--gres=gpu:2', '-n2', '--ntasks-per-node=2', '--cpus-per-task=1',
+                      'bash', '-c', 'echo "$SLURM_PROCID $SLURM_CONF $CUDA_VISIBLE_DEVICES"')
+    assert run.returncode == 0, run.stderr + cluster.logs()
+    return ''.join(sorted(run.stdout.splitlines(keepends=True)))
+
+
+def test_second_private_cluster_coexists_and_stops_cleanly(slurm):
+    """A second cluster on this host (same node name; own ports, munged and key) leaves the first alone."""
+    other = slurm_cluster.PrivateSlurmCluster()
+    try:
+        other.start()
+        assert (other.ctld_port, other.slurmd_port) != (slurm.ctld_port, slurm.slurmd_port)
+        for cluster in (slurm, other):
+            assert srun_env(cluster) == ''.join(f'{rank} {cluster.conf} 0,1\n' for rank in (0, 1))
+    finally:
+        leftovers = other.stop()
+    assert not leftovers, f'processes of the second cluster outlived it: {leftovers}'
+    assert not other.root.exists()
+    assert set(slurm.daemon_pids()) == {'munged', 'slurmctld', 'slurmd'}
+    assert srun_env(slurm).startswith(f'0 {slurm.conf} 0,1\n')

@@ -108,8 +108,9 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
 
 def srun_env(cluster: slurm_cluster.PrivateSlurmCluster) -> str:
     """SLURM_CONF and CUDA_VISIBLE_DEVICES as seen by two tasks that srun starts on the cluster."""
-    run = cluster.run('srun', '-p', 'debug', '--gres=gpu:2', '-n2', '--ntasks-per-node=2', '--cpus-per-task=1',
-                      'bash', '-c', 'echo "$SLURM_PROCID $SLURM_CONF $CUDA_VISIBLE_DEVICES"')
+    run = cluster.run('srun', '-p', 'debug', '--gres=gpu:2', '-n2', '--ntasks-per-node=2',
+                      '--cpus-per-task=1', 'bash', '-c',
+                      'echo "$SLURM_PROCID $SLURM_CONF $CUDA_VISIBLE_DEVICES"')
     assert run.returncode == 0, run.stderr + cluster.logs()
     return ''.join(sorted(run.stdout.splitlines(keepends=True)))
 

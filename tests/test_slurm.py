@@ -2,6 +2,7 @@
 import re
 import subprocess
 import time
+from typing import Iterator
 
 import pytest
 
@@ -11,37 +12,59 @@ from test_launch import free_port, hooked_config, launch_env, read_log
 
 
 @pytest.fixture(scope='module')
-def slurm():
+def private_cluster() -> Iterator[slurm_cluster.PrivateSlurmCluster]:
+    """A private cluster for this module, stopped (and checked to be gone) at the end."""
     reason = slurm_cluster.missing_reason()
     if reason:
+        if slurm_cluster.should_have_slurm():
+            pytest.fail(f'CI=true on a root machine with apt-get, yet: {reason}')
         print(f'\nSKIPPING the Slurm tests: {reason}')
         pytest.skip(reason)
-    return slurm_cluster.start_cluster()
+    cluster = slurm_cluster.PrivateSlurmCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cancel_jobs()
+        leftovers = cluster.stop()
+    assert not leftovers, f'processes of the private cluster outlived it: {leftovers}'
 
 
-def slurm_env(**extra):
-    return launch_env(GPUS=2, GPUS_PER_NODE=2, CPUS_PER_TASK=1, PORT=free_port(), **extra)
+@pytest.fixture
+def slurm(private_cluster: slurm_cluster.PrivateSlurmCluster) -> Iterator[slurm_cluster.PrivateSlurmCluster]:
+    """The module's cluster; a test's jobs still queued when it ends (say, it failed) are scancelled."""
+    yield private_cluster
+    cancelled = private_cluster.cancel_jobs()
+    if cancelled:
+        print(f'\nscancelled the jobs this test left: {cancelled}')
+
+
+def slurm_env(cluster: slurm_cluster.PrivateSlurmCluster, **extra: object) -> dict:
+    """The launch scripts' environment, aimed at the private cluster."""
+    return launch_env(GPUS=2, GPUS_PER_NODE=2, CPUS_PER_TASK=1, PORT=free_port(),
+                      SLURM_CONF=cluster.env['SLURM_CONF'], **extra)
 
 
 def test_slurm_train_then_slurm_test(slurm, tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
     train = subprocess.run(['bash', str(ROOT / 'tools/slurm_train.sh'), 'debug', 'xcit-train', str(config),
-                            str(work_dir)], cwd=tmp_path, env=slurm_env(), capture_output=True, text=True,
-                           timeout=900)
+                            str(work_dir)], cwd=tmp_path, env=slurm_env(slurm), capture_output=True,
+                           text=True, timeout=900)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     log = read_log(work_dir)
     assert 'Run plan: 1 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log
     test = subprocess.run(['bash', str(ROOT / 'tools/slurm_test.sh'), 'debug', 'xcit-test', str(config),
                            str(work_dir / 'iter_4.pth'), '--work-dir', str(tmp_path / 'eval')],
-                          cwd=tmp_path, env=slurm_env(), capture_output=True, text=True, timeout=900)
+                          cwd=tmp_path, env=slurm_env(slurm), capture_output=True, text=True, timeout=900)
     assert test.returncode == 0, test.stdout[-3000:] + test.stderr[-3000:]
     assert re.search(r'mIoU: \d', test.stdout + test.stderr)
 
 
-def job_field(job: str, field: str) -> str:
-    out = subprocess.run(['scontrol', 'show', 'job', job], capture_output=True, text=True).stdout
+def job_field(cluster: slurm_cluster.PrivateSlurmCluster, job: str, field: str) -> str:
+    """One field of `scontrol show job` ('' when absent)."""
+    out = cluster.run('scontrol', 'show', 'job', job).stdout
     match = re.search(rf'\b{field}=(\S+)', out)
     return match.group(1) if match else ''
 
@@ -49,7 +72,7 @@ def job_field(job: str, field: str) -> str:
 def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data, max_iters=12, slow=0.5, interval=12)
     work_dir, out = tmp_path / 'run', tmp_path / 'job.out'
-    env = slurm_env()
+    env = slurm_env(slurm)
     script = tmp_path / 'job.sh'
     script.write_text(
         '#!/bin/bash\n'
@@ -62,21 +85,47 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
     while not re.search(r'Iter\(train\) \[\s*3/12\]', out.read_text() if out.exists() else ''):
         assert time.time() < deadline, 'the job did not reach iteration 3'
         time.sleep(0.5)
-    subprocess.run(['scancel', '--signal=USR1', job], check=True)
+    slurm.run('scancel', '--signal=USR1', job, check=True)
     requeued = False
-    while job_field(job, 'JobState') not in ('COMPLETED', 'FAILED', 'CANCELLED'):
-        assert time.time() < deadline, f'job {job} did not finish: {job_field(job, "JobState")}'
-        if not requeued and job_field(job, 'Restarts') == '1' and job_field(job, 'JobState') == 'PENDING':
+    while job_field(slurm, job, 'JobState') not in ('COMPLETED', 'FAILED', 'CANCELLED'):
+        assert time.time() < deadline, f'job {job} did not finish: {job_field(slurm, job, "JobState")}'
+        if (not requeued and job_field(slurm, job, 'Restarts') == '1'
+                and job_field(slurm, job, 'JobState') == 'PENDING'):
             # Slurm holds a requeued job back for a while; let it start now
-            subprocess.run(['scontrol', 'update', f'jobid={job}', 'StartTime=now'], capture_output=True)
+            slurm.run('scontrol', 'update', f'jobid={job}', 'StartTime=now')
             requeued = True
         time.sleep(1)
     text = out.read_text()
-    assert job_field(job, 'JobState') == 'COMPLETED', text[-3000:]
-    assert job_field(job, 'Restarts') == '1'
+    assert job_field(slurm, job, 'JobState') == 'COMPLETED', text[-3000:]
+    assert job_field(slurm, job, 'Restarts') == '1'
     assert 'SIGUSR1 received: saving a checkpoint at iteration' in text
     assert f'requeueing Slurm job {job}' in text
     saved = int(re.search(r'saving a checkpoint at iteration (\d+)', text).group(1))
     assert f'resumed epoch: 0, iter: {saved}' in text
     assert re.search(r'Iter\(train\) \[12/12\]', text)
     assert (work_dir / 'iter_12.pth').exists()
+
+
+def srun_env(cluster: slurm_cluster.PrivateSlurmCluster) -> str:
+    """SLURM_CONF and CUDA_VISIBLE_DEVICES as seen by two tasks that srun starts on the cluster."""
+    run = cluster.run('srun', '-p', 'debug', '--gres=gpu:2', '-n2', '--ntasks-per-node=2',
+                      '--cpus-per-task=1', 'bash', '-c',
+                      'echo "$SLURM_PROCID $SLURM_CONF $CUDA_VISIBLE_DEVICES"')
+    assert run.returncode == 0, run.stderr + cluster.logs()
+    return ''.join(sorted(run.stdout.splitlines(keepends=True)))
+
+
+def test_second_private_cluster_coexists_and_stops_cleanly(slurm):
+    """A second cluster on this host (same node name; own ports, munged and key) leaves the first alone."""
+    other = slurm_cluster.PrivateSlurmCluster()
+    try:
+        other.start()
+        assert (other.ctld_port, other.slurmd_port) != (slurm.ctld_port, slurm.slurmd_port)
+        for cluster in (slurm, other):
+            assert srun_env(cluster) == ''.join(f'{rank} {cluster.conf} 0,1\n' for rank in (0, 1))
+    finally:
+        leftovers = other.stop()
+    assert not leftovers, f'processes of the second cluster outlived it: {leftovers}'
+    assert not other.root.exists()
+    assert set(slurm.daemon_pids()) == {'munged', 'slurmctld', 'slurmd'}
+    assert srun_env(slurm).startswith(f'0 {slurm.conf} 0,1\n')

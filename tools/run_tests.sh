@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the stack if needed (see tools/install.sh), then run the test suite.
 # As root on Debian/Ubuntu it also installs Slurm (slurm-wlm, munge) for the launcher tests,
-# which start a one-host cluster themselves; elsewhere those tests are skipped with the reason.
+# which start a private one-host cluster of their own (temporary SLURM_CONF, munged and ports, so a
+# cluster already running is left alone); elsewhere they are skipped with the reason (under
+# CI=true on such a root machine, they fail instead).
 # Extra arguments go to pytest, e.g. bash tools/run_tests.sh -k backbone
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,7 +11,7 @@ bash "$ROOT/tools/install.sh"
 if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "[tests] installing slurm-wlm and munge for the Slurm launcher tests"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } \
-    || echo "[tests] could not install Slurm: the Slurm tests will be skipped"
+    || echo "[tests] could not install Slurm: the Slurm tests will be skipped (fail under CI=true)"
 fi
 VENV="${XCIT_VENV:-$ROOT/.venv}"
 cd "$ROOT"

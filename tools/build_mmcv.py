@@ -42,10 +42,9 @@ def log(msg: str) -> None:
 
 @dataclass(frozen=True)
 class Toolkit:
-    """A CUDA toolkit to compile with: its root (CUDA_HOME), version and origin."""
+    """A CUDA toolkit to compile with: its root (CUDA_HOME) and release (major, minor)."""
     home: Path
     version: tuple[int, int]
-    origin: str  # 'system' or 'pypi'
 
 
 @dataclass(frozen=True)
@@ -209,17 +208,16 @@ def choose_system_toolkit(torch_cuda: str, env: dict, default: Path = SYSTEM_CUD
     if version != want:
         log(f'warning: the system CUDA toolkit at {home} is CUDA {found}, torch was built with '
             f'CUDA {torch_cuda}; minor versions differ, which torch accepts')
-    return Toolkit(home, version, 'system')
+    return Toolkit(home, version)
 
 
-def torch_toolkit_pin() -> str:
-    """The exact cuda-toolkit version the installed torch requires (e.g. 13.0.3)."""
-    for req in importlib.metadata.requires('torch') or []:
+def toolkit_pin(requirements: list[str]) -> Optional[str]:
+    """The exact cuda-toolkit version among a distribution's requirements (torch 2.14.1: 13.0.3)."""
+    for req in requirements:
         m = TOOLKIT_PIN.match(req)
         if m:
             return m.group(1)
-    sys.exit('[build_mmcv] the installed torch pins no cuda-toolkit version: install a CUDA toolkit '
-             'of torch.version.cuda and set CUDA_HOME')
+    return None
 
 
 def pypi_toolkit_home(pin: str) -> Path:
@@ -242,7 +240,7 @@ def install_pypi_toolkit(pin: str) -> Toolkit:
     version = nvcc_version(home / 'bin' / 'nvcc')
     if version != tuple(int(x) for x in pin.split('.')[:2]):
         sys.exit(f'[build_mmcv] {home}/bin/nvcc reports release {version} after installing cuda-toolkit {pin}')
-    return Toolkit(home, version, 'pypi')
+    return Toolkit(home, version)
 
 
 def build_env(request: Request, toolkit: Optional[Toolkit]) -> dict:
@@ -393,8 +391,13 @@ def main() -> None:
     toolkit = pin = None
     if request.cuda:
         toolkit = choose_system_toolkit(torch.version.cuda, os.environ)
-        if toolkit is None:
-            pin = torch_toolkit_pin()
+        if toolkit:
+            log(f'using the system CUDA toolkit at {toolkit.home} (CUDA {toolkit.version[0]}.{toolkit.version[1]})')
+        else:
+            pin = toolkit_pin(importlib.metadata.requires('torch') or [])
+            if pin is None:
+                sys.exit('[build_mmcv] the installed torch pins no cuda-toolkit version: install a CUDA '
+                         f'toolkit {torch.version.cuda} and set CUDA_HOME')
             log(f'using NVIDIA\'s PyPI CUDA compiler {pin} (torch\'s pin) in this virtual environment')
         cuda_version = toolkit.version if toolkit else tuple(int(x) for x in pin.split('.')[:2])
     else:

@@ -33,7 +33,7 @@ pip_q() {
   "$PYTHON" -m pip --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 }
 
-# A stamp of every requirements file and setup.py: when it matches, nothing to do.
+# A stamp of every requirements file, setup.py and the mmcv build settings: when it matches, nothing to do.
 STAMP="$VENV/.xcit-dense-stamp"
 want_stamp="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT"
 want_stamp+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"

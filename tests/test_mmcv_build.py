@@ -78,9 +78,13 @@ def test_build_request_from_environment_and_gpus():
 
 # ---- toolkit choice ----------------------------------------------------------------------------
 
-def fake_nvcc(folder: Path, release: str, here: Path = None) -> Path:
-    """An nvcc script printing a version (and, for --dryrun, the folder it says it lives in)."""
+def fake_nvcc(folder: Path, release: str, here: Path = None, headers: bool = True) -> Path:
+    """An nvcc script printing a version (and, for --dryrun, the folder it says it lives in),
+    in a toolkit with (or without) the headers torch's CUDA headers include."""
     folder.mkdir(parents=True, exist_ok=True)
+    (folder.parent / 'include').mkdir(exist_ok=True)
+    for header in build_mmcv.TORCH_CUDA_HEADERS if headers else ():
+        (folder.parent / 'include' / header).write_text('')
     nvcc = folder / 'nvcc'
     dryrun = f'case "$1" in --dryrun) echo "#\\$ _HERE_={here}" >&2 ;; esac\n' if here else ''
     nvcc.write_text(f'#!/bin/sh\n{dryrun}echo "Cuda compilation tools, release {release}, V{release}.88"\n')
@@ -112,6 +116,15 @@ def test_incompatible_system_nvcc_is_refused_naming_both_versions(tmp_path, caps
     assert toolkit is None
     err = capsys.readouterr().err
     assert 'CUDA 12.4' in err and 'CUDA 13.0' in err
+
+
+def test_system_toolkit_without_the_library_headers_torch_includes_is_refused(tmp_path, capsys):
+    """An nvcc-only toolkit (compiler, runtime, CCCL) cannot compile against torch's ATen/cuda headers."""
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0', headers=False)
+    (tmp_path / 'cuda' / 'include' / 'cuda_runtime_api.h').write_text('')
+    assert build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'cuda' / 'bin')},
+                                            default=tmp_path / 'none') is None
+    assert 'lacks cusparse.h, cublas_v2.h, cublasLt.h, cusolverDn.h' in capsys.readouterr().err
 
 
 def test_no_system_nvcc_means_no_system_toolkit(tmp_path, capsys):

@@ -33,6 +33,8 @@ ARCH = re.compile(r'^(\d+)\.(\d+)(\+PTX)?$')
 NVCC_RELEASE = re.compile(r'release (\d+)\.(\d+)')
 TOOLKIT_PIN = re.compile(r'^cuda-toolkit(?:\[[^\]]*\])?\s*==\s*(\d+\.\d+(?:\.\d+)*)')
 SYSTEM_CUDA_DEFAULT = Path('/usr/local/cuda')
+# Included by torch's ATen/cuda headers, which mmcv's kernels include: a toolkit without them cannot build.
+TORCH_CUDA_HEADERS = ('cuda_runtime_api.h', 'cusparse.h', 'cublas_v2.h', 'cublasLt.h', 'cusolverDn.h')
 
 
 def log(msg: str) -> None:
@@ -190,7 +192,7 @@ def find_system_toolkit(env: dict, default: Path = SYSTEM_CUDA_DEFAULT) -> Optio
 
 
 def choose_system_toolkit(torch_cuda: str, env: dict, default: Path = SYSTEM_CUDA_DEFAULT) -> Optional[Toolkit]:
-    """A system toolkit torch accepts (same major version as torch's CUDA), else None, saying why."""
+    """A system toolkit that can build against torch (its CUDA major version, its headers), else None, saying why."""
     home = find_system_toolkit(env, default)
     if home is None:
         log('no system CUDA toolkit (CUDA_HOME, nvcc on PATH, /usr/local/cuda)')
@@ -204,6 +206,11 @@ def choose_system_toolkit(torch_cuda: str, env: dict, default: Path = SYSTEM_CUD
     if version[0] != want[0]:
         log(f'the system CUDA toolkit at {home} is CUDA {found}, but torch was built with CUDA '
             f'{torch_cuda}: the major versions differ, so it cannot be used')
+        return None
+    missing = [h for h in TORCH_CUDA_HEADERS if not (home / 'include' / h).exists()]
+    if missing:
+        log(f'the system CUDA toolkit at {home} (CUDA {found}) lacks {", ".join(missing)}, which torch\'s '
+            'CUDA headers include, so it cannot be used')
         return None
     if version != want:
         log(f'warning: the system CUDA toolkit at {home} is CUDA {found}, torch was built with '
@@ -304,8 +311,11 @@ def build(src: Path, out: Path, env: dict, log_path: Path) -> None:
                 log(f'[{done}/{total}] {mins:5.1f} min  {Path(name).name}')
         rc = proc.wait()
     if rc != 0:
-        tail = ''.join(open(log_path).readlines()[-40:])
-        sys.exit(f'[build_mmcv] the build failed (exit {rc}); last lines of {log_path}:\n{tail}')
+        lines = open(log_path).readlines()
+        errors = [line for line in lines if re.search(r'\berror\b|^FAILED:', line)][:20]
+        shown = ''.join(errors or lines[-40:])
+        sys.exit(f'[build_mmcv] the build failed (exit {rc}); {"errors" if errors else "last lines"} '
+                 f'in {log_path}:\n{shown}')
     log(f'built in {(time.monotonic() - start) / 60:.1f} min')
 
 

@@ -7,10 +7,12 @@
 #   XCIT_VENV        the virtual environment to use or create (default: <repo>/.venv)
 #   XCIT_PYTHON      the interpreter that creates it (default: python3.11, else python3)
 #   XCIT_CACHE       where built mmcv wheels are kept and reused (default: ~/.cache/xcit-dense)
-#   XCIT_MMCV_CUDA   auto (default): build mmcv's CUDA ops when a GPU and nvcc are present;
-#                    1: always build them (needs nvcc); 0: CPU ops only
-#   TORCH_CUDA_ARCH_LIST  CUDA architectures to compile for (default: those of the GPUs present)
+#   XCIT_MMCV_CUDA   auto (default): build mmcv's CUDA ops when a GPU is visible;
+#                    1: always build them (no GPU needed); 0: CPU ops only
+#   TORCH_CUDA_ARCH_LIST  CUDA architectures to compile for, e.g. "8.0;9.0" (default: the GPUs present)
 #   MAX_JOBS         parallel compile jobs (default: number of cores)
+# The CUDA compiler is the system's when torch accepts it, else NVIDIA's PyPI one installed into
+# the virtual environment (see tools/build_mmcv.py).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,9 +33,10 @@ pip_q() {
   "$PYTHON" -m pip --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 }
 
-# A stamp of every requirements file and setup.py: when it matches, nothing to do.
+# A stamp of every requirements file, setup.py and the mmcv build settings: when it matches, nothing to do.
 STAMP="$VENV/.xcit-dense-stamp"
 want_stamp="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT"
+want_stamp+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] \
    && "$PYTHON" -c "import mmcv.ops, mmdet, mmseg, xcit_dense" 2>/dev/null; then
   log "environment $VENV is up to date"
@@ -44,57 +47,14 @@ log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg
 pip_q install -q -r "$ROOT/requirements/build.txt"
 pip_q install -q -r "$ROOT/requirements/runtime.txt"
 
-mmcv_ok() {
-  "$PYTHON" - "$MMCV_VERSION" <<'PY' 2>/dev/null
-import sys
-import mmcv
-from mmcv.ops import nms  # noqa: F401  (fails when the compiled ops are missing)
-sys.exit(0 if mmcv.__version__ == sys.argv[1] else 1)
-PY
-}
-
-if mmcv_ok; then
-  log "mmcv $MMCV_VERSION with compiled ops is already installed"
-else
-  # Decide which ops to build; the wheel cache is keyed by torch version and variant.
-  read -r TORCH_VER HAS_GPU GPU_ARCHS < <("$PYTHON" - <<'PY'
-import torch
-gpu = torch.cuda.is_available()
-archs = sorted({'%d.%d' % torch.cuda.get_device_capability(i)
-                for i in range(torch.cuda.device_count())}) if gpu else []
-print(torch.__version__.split('+')[0], int(gpu), ';'.join(archs) or '-')
-PY
-)
-  CUDA_MODE="${XCIT_MMCV_CUDA:-auto}"
-  case "$CUDA_MODE" in
-    auto) if [ "$HAS_GPU" = 1 ] && command -v nvcc >/dev/null; then CUDA_MODE=1; else CUDA_MODE=0; fi ;;
-    0|1) ;;
-    *) echo "XCIT_MMCV_CUDA must be auto, 0 or 1, got '$CUDA_MODE'" >&2; exit 2 ;;
-  esac
-  if [ "$CUDA_MODE" = 1 ]; then
-    command -v nvcc >/dev/null || { echo "XCIT_MMCV_CUDA=1 but nvcc is not on PATH" >&2; exit 2; }
-    export FORCE_CUDA=1
-    if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
-      [ "$GPU_ARCHS" != "-" ] || { echo "no GPU visible: set TORCH_CUDA_ARCH_LIST (e.g. '8.0;9.0')" >&2; exit 2; }
-      export TORCH_CUDA_ARCH_LIST="$GPU_ARCHS"
-    fi
-    VARIANT="cuda-$(echo "$TORCH_CUDA_ARCH_LIST" | tr -c '0-9A-Za-z.\n' '_')"
-  else
-    export FORCE_CUDA=0 CUDA_VISIBLE_DEVICES=""
-    VARIANT="cpu"
-  fi
-  WHEEL_DIR="$CACHE/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VER-$VARIANT"
-  WHEEL="$(ls "$WHEEL_DIR"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
-  if [ -z "$WHEEL" ]; then
-    "$PYTHON" "$ROOT/tools/build_mmcv.py" --version "$MMCV_VERSION" --out "$WHEEL_DIR"
-    WHEEL="$(ls "$WHEEL_DIR"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)"
-  else
-    log "reusing the mmcv wheel built before: $WHEEL"
-  fi
+# The wheel to install: found in the cache or compiled (prints nothing when mmcv already fits).
+BUILD_MMCV=("$PYTHON" "$ROOT/tools/build_mmcv.py" --version "$MMCV_VERSION" --cache "$CACHE")
+WHEEL="$("${BUILD_MMCV[@]}")"
+if [ -n "$WHEEL" ]; then
   pip_q install -q --no-deps --force-reinstall "$WHEEL"
   # mmcv's own runtime dependencies (addict, yapf, opencv, ...)
   pip_q install -q "$WHEEL"
-  mmcv_ok || { echo "mmcv $MMCV_VERSION was installed but its compiled ops do not import" >&2; exit 1; }
+  "${BUILD_MMCV[@]}" --check
 fi
 
 log "installing xcit-dense (editable) and the test tools"

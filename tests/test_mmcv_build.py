@@ -1,0 +1,321 @@
+"""The mmcv build tooling without compiling: cache keys, toolkit choice, the cache's lock and
+atomic publish, the build request, and the run-time check of the GPU against the built architectures."""
+import hashlib
+import importlib.util
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from xcit_dense.engine import cuda_ops
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location('build_mmcv', ROOT / 'tools' / 'build_mmcv.py')
+build_mmcv = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_mmcv)
+
+TAG = 'cp311-cp311-linux_x86_64'
+
+
+# ---- cache key ---------------------------------------------------------------------------------
+
+def test_cache_key_names_everything_the_binary_depends_on():
+    key = build_mmcv.cache_key
+    base = dict(mmcv_version='2.1.0', tag=TAG, torch_version='2.14.1', cuda_version=(13, 0), archs=('8.0', '9.0'))
+    assert key(**base) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cu13.0-sm_80-sm_90'
+    assert key(**dict(base, cuda_version=None, archs=())) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cpu'
+    variants = [dict(base, mmcv_version='2.1.1'), dict(base, tag='cp310-cp310-linux_x86_64'),
+                dict(base, tag='cp311-cp311-linux_aarch64'), dict(base, torch_version='2.13.0'),
+                dict(base, cuda_version=(13, 1)), dict(base, cuda_version=(12, 8)), dict(base, archs=('9.0',)),
+                dict(base, archs=('8.0', '9.0+PTX')), dict(base, archs=('8.6', '9.0')),
+                dict(base, cuda_version=None, archs=())]
+    keys = {key(**v) for v in variants} | {key(**base)}
+    assert len(keys) == len(variants) + 1
+    assert all('/' not in k and ' ' not in k and ';' not in k for k in keys)
+
+
+def test_arch_list_is_normalised_so_equal_requests_share_a_key():
+    assert build_mmcv.parse_arch_list('9.0;8.0') == ('8.0', '9.0')
+    assert build_mmcv.parse_arch_list(' 9.0+PTX, 8.0 8.0;12.0 ') == ('8.0', '9.0+PTX', '12.0')
+    for bad in ('sm_80', '8', 'Ampere', '9.0a', ''):
+        with pytest.raises(ValueError):
+            build_mmcv.parse_arch_list(bad)
+
+
+def test_cpu_wheels_of_earlier_installs_are_still_found(tmp_path):
+    """The CPU wheel cached by installs before the tagged keys is reused, not rebuilt."""
+    legacy = build_mmcv.legacy_cpu_dir(tmp_path / 'wheels', '2.1.0', '2.14.1')
+    assert legacy == tmp_path / 'wheels' / 'mmcv-2.1.0-torch2.14.1-cpu'
+    legacy.mkdir(parents=True)
+    (legacy / f'mmcv-2.1.0-{TAG}.whl').write_bytes(b'wheel')
+    assert build_mmcv.find_wheel(legacy, '2.1.0', TAG) == legacy / f'mmcv-2.1.0-{TAG}.whl'
+    assert build_mmcv.find_wheel(legacy, '2.1.0', 'cp310-cp310-linux_x86_64') is None
+
+
+# ---- build request -----------------------------------------------------------------------------
+
+def test_build_request_from_environment_and_gpus():
+    resolve = build_mmcv.resolve_request
+    assert resolve('auto', '8.0;9.0', [], '13.0') == build_mmcv.Request(cuda=False)
+    assert resolve('auto', '', ['8.6'], '13.0') == build_mmcv.Request(cuda=True, archs=('8.6',))
+    assert resolve('auto', '', ['8.6'], None) == build_mmcv.Request(cuda=False)
+    assert resolve('0', '9.0', ['9.0'], '13.0') == build_mmcv.Request(cuda=False)
+    assert resolve('1', '9.0;8.0', [], '13.0') == build_mmcv.Request(cuda=True, archs=('8.0', '9.0'))
+    assert resolve('1', '', ['9.0', '8.0'], '13.0') == build_mmcv.Request(cuda=True, archs=('8.0', '9.0'))
+    with pytest.raises(ValueError, match='TORCH_CUDA_ARCH_LIST'):
+        resolve('1', '', [], '13.0')
+    with pytest.raises(ValueError, match='without CUDA'):
+        resolve('1', '9.0', [], None)
+    with pytest.raises(ValueError, match='auto, 0 or 1'):
+        resolve('yes', '', [], '13.0')
+
+
+# ---- toolkit choice ----------------------------------------------------------------------------
+
+def fake_nvcc(folder: Path, release: str, here: Path = None, headers: bool = True) -> Path:
+    """An nvcc script printing a version (and, for --dryrun, the folder it says it lives in),
+    in a toolkit with (or without) the headers torch's CUDA headers include."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder.parent / 'include').mkdir(exist_ok=True)
+    for header in build_mmcv.TORCH_CUDA_HEADERS if headers else ():
+        (folder.parent / 'include' / header).write_text('')
+    nvcc = folder / 'nvcc'
+    dryrun = f'case "$1" in --dryrun) echo "#\\$ _HERE_={here}" >&2 ;; esac\n' if here else ''
+    nvcc.write_text(f'#!/bin/sh\n{dryrun}echo "Cuda compilation tools, release {release}, V{release}.88"\n')
+    nvcc.chmod(0o755)
+    return nvcc
+
+
+def test_compatible_system_nvcc_on_path_is_used(tmp_path, capsys):
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0')
+    env = {'PATH': str(tmp_path / 'cuda' / 'bin')}
+    toolkit = build_mmcv.choose_system_toolkit('13.0', env, default=tmp_path / 'none')
+    assert toolkit == build_mmcv.Toolkit(tmp_path / 'cuda', (13, 0))
+    assert 'warning' not in capsys.readouterr().err
+
+
+def test_system_nvcc_of_another_minor_version_is_used_with_a_warning(tmp_path, capsys):
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.1')
+    toolkit = build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'cuda' / 'bin')},
+                                               default=tmp_path / 'none')
+    assert toolkit is not None and toolkit.version == (13, 1)
+    err = capsys.readouterr().err
+    assert 'warning' in err and '13.1' in err and '13.0' in err
+
+
+def test_incompatible_system_nvcc_is_refused_naming_both_versions(tmp_path, capsys):
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '12.4')
+    toolkit = build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'cuda' / 'bin')},
+                                               default=tmp_path / 'none')
+    assert toolkit is None
+    err = capsys.readouterr().err
+    assert 'CUDA 12.4' in err and 'CUDA 13.0' in err
+
+
+def test_system_toolkit_without_the_library_headers_torch_includes_is_refused(tmp_path, capsys):
+    """An nvcc-only toolkit (compiler, runtime, CCCL) cannot compile against torch's ATen/cuda headers."""
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0', headers=False)
+    (tmp_path / 'cuda' / 'include' / 'cuda_runtime_api.h').write_text('')
+    assert build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'cuda' / 'bin')},
+                                            default=tmp_path / 'none') is None
+    assert 'lacks cusparse.h, cublas_v2.h, cublasLt.h, cusolverDn.h' in capsys.readouterr().err
+
+
+def test_no_system_nvcc_means_no_system_toolkit(tmp_path, capsys):
+    (tmp_path / 'empty').mkdir()
+    assert build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'empty')},
+                                            default=tmp_path / 'none') is None
+    assert 'no system CUDA toolkit' in capsys.readouterr().err
+
+
+def test_cuda_home_wins_over_path_and_default(tmp_path):
+    fake_nvcc(tmp_path / 'home' / 'bin', '13.0')
+    fake_nvcc(tmp_path / 'onpath' / 'bin', '12.4')
+    fake_nvcc(tmp_path / 'default' / 'bin', '12.4')
+    env = {'CUDA_HOME': str(tmp_path / 'home'), 'PATH': str(tmp_path / 'onpath' / 'bin')}
+    assert build_mmcv.choose_system_toolkit('13.0', env, default=tmp_path / 'default').home == tmp_path / 'home'
+    assert build_mmcv.find_system_toolkit({'PATH': ''}, default=tmp_path / 'default') == tmp_path / 'default'
+
+
+def test_nvcc_wrapper_script_leads_to_its_real_toolkit(tmp_path):
+    """/usr/local/bin/nvcc wrapping /usr/local/cuda-13.0/bin/nvcc: the toolkit is the latter."""
+    real = tmp_path / 'cuda-13.0'
+    fake_nvcc(tmp_path / 'wrappers', '13.0', here=real / 'bin')
+    assert build_mmcv.find_system_toolkit({'PATH': str(tmp_path / 'wrappers')}, default=tmp_path / 'x') == real
+
+
+def test_pypi_compiler_version_is_torchs_pin():
+    requires = ['filelock', 'cuda-toolkit[cublas,cudart,nvrtc]==13.0.3; platform_system == "Linux"',
+                'cuda-bindings<14,>=13.0.3; platform_system == "Linux"']
+    assert build_mmcv.toolkit_pin(requires) == '13.0.3'
+    assert build_mmcv.toolkit_pin(['nvidia-cuda-runtime-cu12==12.4.127']) is None
+    assert build_mmcv.pypi_toolkit_home('13.0.3').parts[-2:] == ('nvidia', 'cu13')
+
+
+# ---- cache lock and atomic publish -------------------------------------------------------------
+
+WHEEL_NAME = f'mmcv-2.1.0-{TAG}.whl'
+PAYLOAD = os.urandom(48 << 20)
+
+
+def _publisher(folder: str, builds_log: str, start_at: float) -> None:
+    """One install: wait for the common start, then obtain the wheel with a slow fake build."""
+    def fake_build(staging: Path) -> Path:
+        with open(builds_log, 'a') as f:
+            f.write(f'{os.getpid()}\n')
+        time.sleep(1.0)
+        (staging / WHEEL_NAME).write_bytes(PAYLOAD)
+        return staging / WHEEL_NAME
+
+    while time.time() < start_at:
+        time.sleep(0.001)
+    build_mmcv.obtain_wheel(Path(folder), '2.1.0', TAG, fake_build)
+
+
+def _watcher(folder: str, seen: str, stop_at: float) -> None:
+    """A third process looking at the cache meanwhile: it must never find an incomplete wheel."""
+    sizes = set()
+    while time.time() < stop_at:
+        wheel = build_mmcv.find_wheel(Path(folder), '2.1.0', TAG)
+        if wheel:
+            sizes.add(wheel.stat().st_size)
+    Path(seen).write_text(' '.join(map(str, sorted(sizes))))
+
+
+def test_two_concurrent_installs_publish_one_complete_wheel(tmp_path):
+    folder = tmp_path / 'wheels' / 'key'
+    builds = tmp_path / 'builds.log'
+    ctx = multiprocessing.get_context('fork')
+    start_at = time.time() + 0.5
+    procs = [ctx.Process(target=_publisher, args=(str(folder), str(builds), start_at)) for _ in range(2)]
+    folder.mkdir(parents=True)
+    watcher = ctx.Process(target=_watcher, args=(str(folder), str(tmp_path / 'seen'), start_at + 4))
+    for p in procs + [watcher]:
+        p.start()
+    for p in procs + [watcher]:
+        p.join(60)
+        assert p.exitcode == 0
+    assert len(builds.read_text().split()) == 1, 'both installs compiled: the lock did not serialise them'
+    assert sorted(p.name for p in folder.iterdir()) == ['.lock', WHEEL_NAME]
+    assert hashlib.sha256((folder / WHEEL_NAME).read_bytes()).digest() == hashlib.sha256(PAYLOAD).digest()
+    assert (tmp_path / 'seen').read_text() == str(len(PAYLOAD)), 'a partial wheel was visible in the cache'
+
+
+def test_failed_build_leaves_nothing_to_reuse(tmp_path):
+    def failing_build(staging: Path) -> Path:
+        (staging / WHEEL_NAME).write_bytes(b'half')
+        raise SystemExit('compiler error')
+
+    with pytest.raises(SystemExit):
+        build_mmcv.obtain_wheel(tmp_path / 'key', '2.1.0', TAG, failing_build)
+    assert build_mmcv.find_wheel(tmp_path / 'key', '2.1.0', TAG) is None
+    assert [p.name for p in (tmp_path / 'key').iterdir()] == ['.lock']
+
+
+# ---- what the wheel records, and whether the installed mmcv fits ---------------------------------
+
+def fake_mmcv(site: Path, build_info: str = None) -> None:
+    """A stand-in mmcv 2.1.0 package with compiled ops and, optionally, a build info module."""
+    (site / 'mmcv' / 'ops').mkdir(parents=True)
+    (site / 'mmcv' / '__init__.py').write_text("__version__ = '2.1.0'\n")
+    (site / 'mmcv' / 'ops' / '__init__.py').write_text('def nms(): pass\n')
+    if build_info is not None:
+        (site / 'mmcv' / 'xcit_build_info.py').write_text(build_info)
+
+
+def installed_mismatch_in(site: Path, request) -> str:
+    """installed_mismatch() run in a fresh interpreter that imports mmcv from site."""
+    code = ('import importlib.util, sys\n'
+            f'spec = importlib.util.spec_from_file_location("b", {str(ROOT / "tools" / "build_mmcv.py")!r})\n'
+            'b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n'
+            f'print(b.installed_mismatch("2.1.0", b.Request(cuda={request.cuda}, archs={request.archs!r})))\n')
+    return subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(site)),
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_build_info_written_into_the_source_decides_whether_to_rebuild(tmp_path):
+    src = tmp_path / 'src'
+    fake_mmcv(src)
+    toolkit = build_mmcv.Toolkit(Path('/cuda'), (13, 0))
+    build_mmcv.write_build_info(src, 'the-key', '2.14.1', toolkit, ('8.0', '9.0'))
+    info = {}
+    exec((src / 'mmcv' / 'xcit_build_info.py').read_text(), info)
+    assert (info['CUDA_VERSION'], info['CUDA_ARCH_LIST'], info['CACHE_KEY']) == ('13.0', ('8.0', '9.0'), 'the-key')
+
+    cuda_8_9 = build_mmcv.Request(cuda=True, archs=('8.0', '9.0'))
+    assert installed_mismatch_in(src, cuda_8_9) == 'None'
+    assert 'built for 8.0;9.0, 9.0 is requested' in installed_mismatch_in(src, build_mmcv.Request(True, ('9.0',)))
+    assert installed_mismatch_in(src, build_mmcv.Request(cuda=False)) == 'None'
+
+    cpu = tmp_path / 'cpu'
+    fake_mmcv(cpu)
+    build_mmcv.write_build_info(cpu, 'cpu-key', '2.14.1', None, ())
+    assert 'built for CPU only' in installed_mismatch_in(cpu, cuda_8_9)
+    old = tmp_path / 'old'
+    fake_mmcv(old)  # a CPU wheel from before build info existed: fine for CPU, rebuilt for CUDA
+    assert installed_mismatch_in(old, build_mmcv.Request(cuda=False)) == 'None'
+    assert 'architectures are unknown' in installed_mismatch_in(old, cuda_8_9)
+
+
+# ---- run-time check ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize('capability, archs, runs', [
+    ((8, 0), ['8.0'], True),
+    ((8, 6), ['8.0'], True),           # same major, newer minor: the sm_80 cubin runs
+    ((8, 0), ['8.6'], False),          # older minor: it does not
+    ((9, 0), ['8.0', '9.0'], True),
+    ((9, 0), ['8.0'], False),          # a cubin never runs on another major
+    ((9, 0), ['8.0+PTX'], True),       # PTX is compiled for newer GPUs by the driver
+    ((12, 0), ['8.0', '9.0+PTX'], True),
+    ((8, 6), ['9.0+PTX'], False),      # but not for older ones
+    ((12, 0), ['8.0', '9.0'], False),
+])
+def test_arch_compatibility_rule(capability, archs, runs):
+    assert any(cuda_ops.arch_runs_on(a, capability) for a in archs) is runs
+    assert (cuda_ops.arch_mismatch_message(capability, 'GPU', archs) is None) is runs
+
+
+def test_mismatch_message_names_the_gpu_the_build_and_the_fix():
+    msg = cuda_ops.arch_mismatch_message((8, 6), 'NVIDIA GeForce RTX 3090', ['8.0+PTX', '9.0'][1:])
+    assert msg == ("this GPU is sm_86 (NVIDIA GeForce RTX 3090), but the installed mmcv's CUDA ops were "
+                   'built for sm_90: reinstall with XCIT_MMCV_CUDA=1 TORCH_CUDA_ARCH_LIST="9.0;8.6" '
+                   'bash tools/install.sh')
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend one GPU of a given capability is visible and mmcv was built with given build info."""
+    def install(capability, cuda_version, archs):
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+        monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+        monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda i=None: capability)
+        monkeypatch.setattr(torch.cuda, 'get_device_name', lambda i=None: 'NVIDIA Fake GPU')
+        info = types.ModuleType('mmcv.xcit_build_info')
+        info.CUDA_VERSION, info.CUDA_ARCH_LIST = cuda_version, archs
+        monkeypatch.setitem(sys.modules, 'mmcv.xcit_build_info', info)
+    return install
+
+
+def test_runtime_check_refuses_a_gpu_outside_the_build(fake_gpu):
+    fake_gpu((8, 6), '13.0', ('8.0+PTX', '9.0')[1:])
+    with pytest.raises(RuntimeError, match=r'this GPU is sm_86 \(NVIDIA Fake GPU\).*built for sm_90'):
+        cuda_ops.check_mmcv_cuda_arch()
+
+
+def test_runtime_check_passes_a_gpu_inside_the_build(fake_gpu):
+    fake_gpu((9, 0), '13.0', ('8.0', '9.0'))
+    assert cuda_ops.check_mmcv_cuda_arch() is None
+
+
+def test_runtime_check_ignores_cpu_only_mmcv_and_machines_without_gpu(fake_gpu, monkeypatch):
+    fake_gpu((8, 6), None, ())
+    assert cuda_ops.check_mmcv_cuda_arch() is None
+    fake_gpu((8, 6), '13.0', ('9.0',))
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    assert cuda_ops.check_mmcv_cuda_arch() is None

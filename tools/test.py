@@ -10,7 +10,7 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine import process_group, world_size
+from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
@@ -57,6 +57,10 @@ def main() -> None:
             sys.exit(f'error: {what} file not found: {path}')
     allow_mmengine_checkpoints()
     try:
+        check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
+    except RuntimeError as exc:
+        sys.exit(f'error: {exc}')
+    try:
         cfg = load_config(args.config, args.cfg_options)
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
@@ -68,7 +72,7 @@ def main() -> None:
 
 def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
     """Build the Runner and test; the Runner is garbage once this returns."""
-    adapt_to_machine(cfg, world_size())
+    adapt_to_machine(cfg)
     configure_outputs(cfg, args.out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)

@@ -9,7 +9,8 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine import apply_batch_plan, process_group, resolve_batch_plan, world_size
+from xcit_dense.engine import (apply_batch_plan, check_mmcv_cuda_arch, process_group, resolve_batch_plan,
+                               world_size)
 from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_matches_model,
                                            find_resumable_checkpoint)
 from xcit_dense.engine.config_check import check_data_files
@@ -51,6 +52,10 @@ def main() -> None:
         sys.exit(f'error: config file not found: {args.config}')
     allow_mmengine_checkpoints()
     try:
+        check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
+    except RuntimeError as exc:
+        sys.exit(f'error: {exc}')
+    try:
         cfg = load_config(args.config, args.cfg_options)
         check_data_files(cfg)
     except ValueError as exc:
@@ -68,7 +73,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     except ValueError as exc:
         sys.exit(f'error: {exc}')
     apply_batch_plan(cfg, plan)
-    adapt_to_machine(cfg, plan.world_size)
+    adapt_to_machine(cfg)
     configure_amp(cfg, args.amp)
     configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
     skip_bad_training_samples(cfg)

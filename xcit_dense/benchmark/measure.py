@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from mmengine.registry import MODELS as ROOT_MODELS
@@ -118,13 +118,16 @@ def make_step(model: nn.Module, inputs: torch.Tensor, samples: Optional[list], s
     return step
 
 
-def random_samples(kind: str, batch: int, res: int) -> Tuple[torch.Tensor, list]:
-    """Random inputs and annotated data samples for a whole mmdet or mmseg model."""
+def random_samples(kind: str, batch: int, res: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, list]:
+    """Random inputs and annotated data samples for a whole mmdet or mmseg model; ``res`` is the
+    side of a square image or its (height, width)."""
     import numpy as np
     from mmengine.structures import InstanceData, PixelData
+    height, width = (res, res) if isinstance(res, int) else res
     gen = torch.Generator().manual_seed(0)
-    inputs = torch.randn(batch, 3, res, res, generator=gen)
-    meta = dict(img_shape=(res, res), ori_shape=(res, res), pad_shape=(res, res), batch_input_shape=(res, res),
+    inputs = torch.randn(batch, 3, height, width, generator=gen)
+    shape = (height, width)
+    meta = dict(img_shape=shape, ori_shape=shape, pad_shape=shape, batch_input_shape=shape,
                 scale_factor=(1.0, 1.0), padding_size=[0, 0, 0, 0])
     samples = []
     for _ in range(batch):
@@ -132,18 +135,19 @@ def random_samples(kind: str, batch: int, res: int) -> Tuple[torch.Tensor, list]
             from mmdet.structures import DetDataSample
             from mmdet.structures.mask import BitmapMasks
             sample = DetDataSample(metainfo=meta)
-            xy = torch.rand(3, 2, generator=gen) * res * 0.5
-            wh = res * (0.1 + 0.4 * torch.rand(3, 2, generator=gen))
+            scale = torch.tensor([width, height], dtype=torch.float32)
+            xy = torch.rand(3, 2, generator=gen) * scale * 0.5
+            wh = scale * (0.1 + 0.4 * torch.rand(3, 2, generator=gen))
             boxes = torch.cat([xy, xy + wh], 1)
-            masks = np.zeros((3, res, res), dtype=np.uint8)
+            masks = np.zeros((3, height, width), dtype=np.uint8)
             for i, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
                 masks[i, y0:y1, x0:x1] = 1
             sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1, 2]),
-                                               masks=BitmapMasks(masks, res, res))
+                                               masks=BitmapMasks(masks, height, width))
         else:
             from mmseg.structures import SegDataSample
             sample = SegDataSample(metainfo=meta)
-            sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, res, res), generator=gen))
+            sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, height, width), generator=gen))
         samples.append(sample)
     return inputs, samples
 

@@ -2,6 +2,7 @@
 import logging
 from typing import Any, Iterable, Optional
 
+import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
@@ -24,14 +25,16 @@ def replace_sync_bn(node: Any) -> int:
     return count
 
 
-def adapt_to_machine(cfg: Config, world_size: int) -> None:
-    """SyncBN -> BN with one process or no GPU; DDP without device ids on CPU."""
-    on_gpu = gpus_present()
-    if world_size == 1 or not on_gpu:
+def adapt_to_machine(cfg: Config) -> None:
+    """SyncBN -> BN without a process group or without a GPU; DDP without device ids on CPU.
+
+    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one)."""
+    on_gpu, grouped = gpus_present(), dist.is_initialized()
+    if not grouped or not on_gpu:
         if replace_sync_bn(cfg.model):
-            reason = 'one process' if world_size == 1 else 'no GPU'
+            reason = 'one process' if not grouped else 'no GPU'
             print_log(f'SyncBN replaced by BN ({reason})', logger='current')
-    if world_size > 1 and not on_gpu:
+    if grouped and not on_gpu:
         wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
         wrapper.update(cfg.get('model_wrapper_cfg') or {})

@@ -1,0 +1,341 @@
+"""The prepared GPU check behind ``tools/gpu_check.py``.
+
+Six steps, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon as it is measured (a
+check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops; a training
+iteration of Mask R-CNN (XCiT-S12/16 and mmdet's Swin-T) and of UperNet XCiT-S12/16 in fp32,
+fp16 (dynamic loss scaling) and bf16; the benchmark; ``torch.compile`` of the backbone; a
+one-process run through ``tools/dist_train.sh``. ``tiny=True`` runs every step at tiny sizes,
+on a CPU too, where the ops are checked against torchvision's instead of the CPU's own.
+"""
+import importlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .measure import Timer, random_samples
+
+ROOT = Path(__file__).resolve().parents[2]
+PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+SWIN_T_MASK_RCNN = 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'  # in mmdet's installed configs
+OPS_TOLERANCE = 1e-4
+
+
+class Report:
+    """The check's results, rewritten to disk after every step."""
+
+    def __init__(self, out_dir: Path, header: dict):
+        self.out_dir = out_dir
+        self.data = dict(header=header, steps={})
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def add(self, step: str, result: dict) -> None:
+        """Record one step's result and write both files at once (atomically)."""
+        self.data['steps'][step] = result
+        for name, text in (('gpu_check.json', json.dumps(self.data, indent=2, default=float)),
+                           ('gpu_check.md', self.markdown())):
+            tmp = self.out_dir / f'.{name}.tmp'
+            tmp.write_text(text)
+            os.replace(tmp, self.out_dir / name)
+
+    def markdown(self) -> str:
+        """The results as markdown tables, one section per step."""
+        head = self.data['header']
+        lines = [f"# GPU check: {head['device_name']}", '',
+                 f"torch {head['torch']}, CUDA {head['cuda']}, mmcv {head['mmcv']}, tiny: {head['tiny']}", '']
+        for step, result in self.data['steps'].items():
+            lines += [f'## {step}', '']
+            if 'error' in result:
+                lines += [f"error: {result['error']}", '']
+                continue
+            rows = result.get('rows', [])
+            if rows:
+                keys = list(dict.fromkeys(k for row in rows for k in row))
+                lines += ['| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys)]
+                lines += ['| ' + ' | '.join(_fmt(row.get(k)) for k in keys) + ' |' for row in rows]
+                lines.append('')
+            lines += [f'- {k}: {_fmt(v)}' for k, v in result.items() if k != 'rows'] + ['']
+        return '\n'.join(lines)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f'{value:.4g}'
+    return '' if value is None else str(value)
+
+
+def header(device: torch.device, tiny: bool) -> dict:
+    """What the check ran on."""
+    import mmcv
+    cuda = device.type == 'cuda'
+    return dict(device=str(device), tiny=tiny, torch=torch.__version__, cuda=torch.version.cuda,
+                mmcv=mmcv.__version__,
+                device_name=torch.cuda.get_device_name(device) if cuda else 'CPU',
+                capability='%d.%d' % torch.cuda.get_device_capability(device) if cuda else None,
+                time=time.strftime('%Y-%m-%d %H:%M:%S'))
+
+
+# 1. compiled ops --------------------------------------------------------------------------
+
+def _random_boxes(n: int, size: float, gen: torch.Generator) -> torch.Tensor:
+    xy = torch.rand(n, 2, generator=gen) * size * 0.8
+    wh = 2 + torch.rand(n, 2, generator=gen) * size * 0.3
+    return torch.cat([xy, xy + wh], 1)
+
+
+def check_ops(device: torch.device, tiny: bool) -> dict:
+    """mmcv's ops on ``device`` against the CPU ones (on a CPU: against torchvision's)."""
+    import torchvision
+    from mmcv.ops import RoIAlign, batched_nms, nms, roi_align
+    gen = torch.Generator().manual_seed(0)
+    n, size, channels = (200, 64.0, 8) if tiny else (5000, 800.0, 256)
+    boxes, scores = _random_boxes(n, size, gen), torch.rand(n, generator=gen)
+    idxs = torch.randint(0, 20, (n,), generator=gen)
+    feats = torch.randn(2, channels, int(size) // 4, int(size) // 4, generator=gen)
+    rois = torch.cat([torch.randint(0, 2, (64, 1), generator=gen).float(), _random_boxes(64, size, gen)], 1)
+    gt_masks = (torch.rand(8, 1, int(size), int(size), generator=gen) > 0.5).float()
+    mask_rois = torch.cat([torch.arange(8).float()[:, None], _random_boxes(8, size, gen)], 1)
+    on_gpu = device.type == 'cuda'
+    reference = 'mmcv on the CPU' if on_gpu else 'torchvision on the CPU'
+
+    def to(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device)
+
+    rows = []
+
+    def compare(name: str, got: torch.Tensor, want: torch.Tensor, exact: bool = False) -> None:
+        got, want = got.detach().cpu(), want.detach().cpu()
+        same_shape = got.shape == want.shape
+        diff = (got.float() - want.float()).abs().max().item() if same_shape and got.numel() else 0.0
+        ok = same_shape and (torch.equal(got, want) if exact else diff <= OPS_TOLERANCE)
+        rows.append(dict(op=name, shape=tuple(got.shape), max_abs_diff=diff if same_shape else None, ok=ok))
+
+    _, keep = nms(to(boxes), to(scores), 0.5)
+    ref_keep = nms(boxes, scores, 0.5)[1] if on_gpu else torchvision.ops.nms(boxes, scores, 0.5)
+    compare('nms (kept indices)', keep, ref_keep, exact=True)
+    _, keep = batched_nms(to(boxes), to(scores), to(idxs), dict(type='nms', iou_threshold=0.5))
+    ref_keep = (batched_nms(boxes, scores, idxs, dict(type='nms', iou_threshold=0.5))[1] if on_gpu
+                else torchvision.ops.batched_nms(boxes, scores, idxs, 0.5))
+    compare('batched_nms (kept indices)', keep, ref_keep, exact=True)
+    for use_torchvision in (False, True):
+        layer = RoIAlign((7, 7), spatial_scale=0.25, sampling_ratio=0, aligned=True,
+                         use_torchvision=use_torchvision)
+        want = (layer(feats, rois) if on_gpu else
+                torchvision.ops.roi_align(feats, rois, (7, 7), 0.25, 0, aligned=True))
+        compare(f"RoIAlign ({'torchvision' if use_torchvision else 'mmcv'} kernel)",
+                layer(to(feats), to(rois)), want)
+    # mmdet's mask targets: BitmapMasks.crop_and_resize calls roi_align(masks, rois, size, 1.0, 0, 'avg', True)
+    got = roi_align(to(gt_masks), to(mask_rois), (28, 28), 1.0, 0, 'avg', True)
+    want = (roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, 'avg', True) if on_gpu else
+            torchvision.ops.roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, aligned=True))
+    compare('roi_align (mask targets)', got, want)
+    return dict(rows=rows, reference=reference, tolerance=OPS_TOLERANCE, all_ok=all(r['ok'] for r in rows))
+
+
+# 2.-3. training iterations ---------------------------------------------------------------
+
+def _train_model(config: str, device: torch.device, tiny: bool):
+    from xcit_dense.builder import build_model
+    options = {'model.backbone.init_cfg': None}
+    if tiny and 'xcit' in config:
+        options.update({'model.backbone.depth': 4, 'model.backbone.embed_dims': 64,
+                        'model.backbone.num_heads': 4, 'model.backbone.out_indices': (0, 1, 2, 3)})
+        if 'upernet' in config:
+            options.update({'model.decode_head.in_channels': [64] * 4, 'model.decode_head.channels': 32,
+                            'model.auxiliary_head.in_channels': 64, 'model.auxiliary_head.channels': 16})
+        else:  # and few proposals and RoIs: a CPU spends its time there otherwise
+            options.update({'model.neck.in_channels': [64] * 4,
+                            'model.train_cfg.rpn_proposal.nms_pre': 200,
+                            'model.train_cfg.rpn_proposal.max_per_img': 100,
+                            'model.train_cfg.rcnn.sampler.num': 64})
+    torch.manual_seed(0)
+    model = build_model(config, options, init=False)
+    return model.to(device).train()
+
+
+def train_iterations(config: str, size: Tuple[int, int], batch: int, device: torch.device,
+                     tiny: bool, iters: int, warmup: int) -> List[dict]:
+    """Seconds per iteration (median after warm-up), peak allocated memory and the first
+    iteration's losses of SGD training steps in each precision, from the same weights."""
+    rows = []
+    fp32_loss = None
+    for precision, dtype in PRECISIONS.items():
+        model = _train_model(config, device, tiny)
+        package = type(model).__module__.split('.')[0]
+        inputs, samples = random_samples(package, batch, size)
+        inputs, samples = inputs.to(device), [s.to(device) for s in samples]
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+        scaler = torch.amp.GradScaler(device.type, enabled=precision == 'fp16')
+        timer, losses, times = Timer(device), None, []
+        if device.type == 'cuda':
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            for i in range(warmup + iters):
+                def step() -> Dict[str, float]:
+                    optimizer.zero_grad(set_to_none=True)
+                    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                        parsed, log_vars = model.parse_losses(model.loss(inputs, samples))
+                    scaler.scale(parsed).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                    return {k: float(v) for k, v in log_vars.items()}
+                holder = {}
+                seconds = timer(lambda: holder.update(step()))
+                losses = losses or holder
+                if i >= warmup:
+                    times.append(seconds)
+        except RuntimeError as exc:  # e.g. an unsupported precision on this device
+            rows.append(dict(precision=precision, error=str(exc).splitlines()[0]))
+            continue
+        if precision == 'fp32':
+            fp32_loss = losses['loss']
+        rel = None if fp32_loss is None else abs(losses['loss'] - fp32_loss) / max(abs(fp32_loss), 1e-12)
+        rows.append(dict(precision=precision, s_per_iter=statistics.median(times),
+                         peak_alloc_gb=(torch.cuda.max_memory_allocated(device) / 2 ** 30
+                                        if device.type == 'cuda' else None),
+                         loss=losses['loss'], loss_rel_to_fp32=rel,
+                         losses=', '.join(f'{k}={v:.4f}' for k, v in losses.items() if k != 'loss')))
+        del model, optimizer
+    return rows
+
+
+# 4. the benchmark -------------------------------------------------------------------------
+
+def run_benchmark_tool(device: torch.device, tiny: bool, out_dir: Path) -> dict:
+    """tools/benchmark.py on ``device`` (a command of its own, in a fresh process)."""
+    if tiny:
+        models, resolutions, mode = ['xcit_t12_p16'], ['64', '96'], 'infer'
+    else:
+        models, resolutions, mode = (['xcit_s12_p16', 'xcit_s12_p8', 'swin_t', 'vit_s16', 'r50'],
+                                     ['512', '1024', '1600'], 'both')
+    bench_dir = out_dir / 'benchmark'
+    cmd = [sys.executable, str(ROOT / 'tools/benchmark.py'), '--backbones', *models, '--resolutions',
+           *resolutions, '--mode', mode, '--device', device.type, '--out-dir', str(bench_dir)]
+    if tiny:
+        cmd += ['--repeats', '1', '--warmup', '0', '--threads', '1']
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f'tools/benchmark.py exited {proc.returncode}: {proc.stderr[-500:]}')
+    import csv
+    with open(bench_dir / 'benchmark.csv') as f:
+        rows = [dict(model=r['model'], resolution=r['resolution'], mode=r['mode'], status=r['status'],
+                     time_ms=float(r['time_ms'] or 'nan'), peak_mem_mb=float(r['peak_mem_mb'] or 'nan'))
+                for r in csv.DictReader(f)]
+    return dict(rows=rows, tables=str(bench_dir / 'benchmark.md'))
+
+
+# 5. torch.compile ---------------------------------------------------------------------------
+
+def compile_backbone(device: torch.device, tiny: bool, repeats: int) -> dict:
+    """Speed-up of ``torch.compile`` on the XCiT backbone's inference and its largest difference
+    (tiny: the aot_eager backend, which traces the same graphs without inductor's C++ build)."""
+    import xcit_dense
+    torch.manual_seed(0)
+    cfg = (dict(arch='tiny_12', depth=4, embed_dims=64, num_heads=4, out_indices=(0, 1, 2, 3)) if tiny
+           else dict(arch='small_12'))
+    model = xcit_dense.XCiT(**cfg).to(device).eval()
+    size = 64 if tiny else 1024
+    x = torch.randn(1, 3, size, size, device=device)
+    backend = 'aot_eager' if tiny else 'inductor'
+    compiled = torch.compile(model, backend=backend)
+    timer = Timer(device)
+    with torch.no_grad():
+        eager_out, compiled_out = model(x), compiled(x)  # the compiled call here compiles
+        eager = statistics.median(timer(lambda: model(x)) for _ in range(repeats))
+        fast = statistics.median(timer(lambda: compiled(x)) for _ in range(repeats))
+    diff = max((a - b).abs().max().item() for a, b in zip(eager_out, compiled_out))
+    return dict(backend=backend, resolution=size, eager_ms=eager * 1e3, compiled_ms=fast * 1e3, speedup=eager / fast,
+                max_abs_diff=diff)
+
+
+# 6. a launched run ---------------------------------------------------------------------------
+
+def launch_run(device: torch.device, work: Path) -> dict:
+    """A one-process run of a few iterations through tools/dist_train.sh: backend and SyncBN."""
+    from xcit_dense.datasets.synthetic import write_segmentation_set
+    data = work / 'data'
+    for split, count in (('training', 4), ('validation', 2)):
+        write_segmentation_set(data, split, count, size=(64, 64), seed=0 if split == 'training' else 1)
+    config = work / 'launch_check.py'
+    config.write_text(
+        f"_base_ = [{str(ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py')!r}]\n"
+        "sync = dict(type='SyncBN', requires_grad=True)\n"
+        "model = dict(data_preprocessor=dict(size=(64, 64)), backbone=dict(norm_cfg=sync),\n"
+        "             decode_head=dict(norm_cfg=sync), auxiliary_head=dict(norm_cfg=sync))\n"
+        f"train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,\n"
+        f"                        dataset=dict(data_root={str(data)!r}))\n"
+        f"val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,\n"
+        f"                      dataset=dict(data_root={str(data)!r}))\n"
+        "test_dataloader = val_dataloader\n"
+        "train_cfg = dict(max_iters=3, val_interval=3)\n"
+        "default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=3))\n")
+    env = dict(os.environ, PORT=str(_free_port()), PYTHON=sys.executable)
+    proc = subprocess.run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1',
+                           '--work-dir', str(work / 'run')], capture_output=True, text=True, env=env)
+    out = proc.stdout + proc.stderr
+    plan = re.search(r'Run plan: [^\n]*', out)
+    return dict(exit_status=proc.returncode, plan=plan.group(0) if plan else None,
+                backend=(re.search(r'backend (\w+)', plan.group(0)).group(1) if plan else None),
+                syncbn_kept='SyncBN replaced by BN' not in out,
+                expected_backend='nccl' if device.type == 'cuda' else 'gloo')
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+# the whole check ------------------------------------------------------------------------------
+
+def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[List[str]] = None,
+              log: Callable[[str], None] = print) -> dict:
+    """Run the chosen steps (all by default), writing each result as soon as it is measured;
+    a failing step is recorded with its error and the next one runs."""
+    report = Report(out_dir, header(device, tiny))
+    iters, warmup = (1, 0) if tiny else (5, 3)
+    det_size, seg_size = ((96, 64), (64, 64)) if tiny else ((800, 1333), (512, 512))
+    det = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
+    seg = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
+    swin = None if tiny else str(Path(importlib.import_module('mmdet').__file__).parent / '.mim/configs' / SWIN_T_MASK_RCNN)
+    plan = {
+        'ops': lambda: check_ops(device, tiny),
+        'det_train': lambda: dict(rows=[
+            dict(model=name, **row)
+            for name, cfg in (('Mask R-CNN XCiT-S12/16', det), ('Mask R-CNN Swin-T (mmdet)', swin)) if cfg
+            for row in train_iterations(cfg, det_size, 2, device, tiny, iters, warmup)], size=det_size),
+        'seg_train': lambda: dict(rows=[dict(model='UperNet XCiT-S12/16', **row) for row in
+                                        train_iterations(seg, seg_size, 2, device, tiny, iters, warmup)],
+                                  size=seg_size),
+        'benchmark': lambda: run_benchmark_tool(device, tiny, out_dir),
+        'compile': lambda: compile_backbone(device, tiny, repeats=3 if tiny else 10),
+        'launch': lambda: _with_tmp(lambda tmp: launch_run(device, tmp)),
+    }
+    for step in steps or list(plan):
+        start = time.monotonic()
+        log(f'[gpu_check] {step} ...')
+        try:
+            result = plan[step]()
+        except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
+            result = dict(error=f'{type(exc).__name__}: {exc}', traceback=traceback.format_exc(limit=5))
+        result['seconds'] = time.monotonic() - start
+        report.add(step, result)
+        log(f"[gpu_check] {step}: {'error: ' + result['error'] if 'error' in result else 'done'} "
+            f"({result['seconds']:.0f} s)")
+    return report.data
+
+
+def _with_tmp(fn: Callable[[Path], dict]) -> dict:
+    with tempfile.TemporaryDirectory(prefix='gpu-check-') as tmp:
+        return fn(Path(tmp))

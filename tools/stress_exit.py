@@ -69,7 +69,7 @@ def main() -> None:
                         help='minimal: set up and tear down the group as the toolkit did before the fix')
     parser.add_argument('--starve', action='store_true',
                         help="minimal: lower the group's work threads to nice 19")
-    parser.add_argument('--keep', type=Path, default=Path('stress_failures'),
+    parser.add_argument('--keep', type=Path, default=Path(tempfile.gettempdir()) / 'stress_exit',
                         help='where failed runs leave their output and core files')
     args = parser.parse_args()
     # core files of this script's children only (the kernel writes them into the run's directory)

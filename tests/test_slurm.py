@@ -10,6 +10,8 @@ import slurm_cluster
 from conftest import ROOT
 from test_launch import free_port, hooked_config, launch_env, read_log
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture(scope='module')
 def private_cluster() -> Iterator[slurm_cluster.PrivateSlurmCluster]:

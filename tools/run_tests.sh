@@ -4,7 +4,8 @@
 # which start a private one-host cluster of their own (temporary SLURM_CONF, munged and ports, so a
 # cluster already running is left alone); elsewhere they are skipped with the reason (under
 # CI=true on such a root machine, they fail instead).
-# Extra arguments go to pytest, e.g. bash tools/run_tests.sh -k backbone
+# Without arguments: the main suite, then the cluster tests (pytest marker "cluster"), each timed.
+# Arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/tools/install.sh"
@@ -15,4 +16,17 @@ if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get
 fi
 VENV="${XCIT_VENV:-$ROOT/.venv}"
 cd "$ROOT"
-exec "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@"
+pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@"; }
+if [ $# -gt 0 ]; then
+  pytest_run "$@"
+  exit
+fi
+# Two stages, each timed: the main suite, then the tests that start clusters (marker "cluster").
+status=0
+for stage in "not cluster" "cluster"; do
+  start=$SECONDS
+  echo "[tests] stage: -m \"$stage\""
+  pytest_run -m "$stage" || status=$?
+  echo "[tests] stage -m \"$stage\" took $((SECONDS - start)) s"
+done
+exit $status

@@ -1,5 +1,6 @@
 """Hooks used only by the launcher tests (imported through a config's custom_imports)."""
 import os
+import signal
 import time
 
 import torch
@@ -70,3 +71,20 @@ class WritePidHook(Hook):
     def before_train(self, runner) -> None:
         with open(os.path.join(runner.work_dir, f'pid_rank{runner.rank}'), 'w') as f:
             f.write(str(os.getpid()))
+
+
+@HOOKS.register_module()
+class KillRankHook(Hook):
+    """Rank ``rank`` SIGKILLs itself after iteration ``after_iter`` and its checkpoint, first writing
+    ``killed_rank{rank}`` (its pid and the time), so the kill comes from the run itself."""
+
+    priority = 'LOWEST'  # after the checkpoint hook
+
+    def __init__(self, rank: int = 1, after_iter: int = 4) -> None:
+        self.rank, self.after_iter = rank, after_iter
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.rank == self.rank and runner.iter + 1 == self.after_iter:
+            with open(os.path.join(runner.work_dir, f'killed_rank{self.rank}'), 'w') as f:
+                f.write(f'{os.getpid()} {time.time()}')
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -14,8 +14,12 @@ joined, before the interpreter finalises: ``process_group`` does that.
 import gc
 import logging
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
@@ -63,7 +67,50 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
     else:
         backend = 'gloo'
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
     return backend
+
+
+_KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
+# what gloo and NCCL say when a peer process is gone (their errors are plain RuntimeErrors)
+_PEER_GONE = ('Connection reset by peer', 'Connection closed by peer', 'Broken pipe',
+              'Connection refused', 'NCCL communicator was aborted', 'remote process exited')
+
+
+def _store() -> dist.Store:
+    return dist.distributed_c10d._get_default_store()
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True for the error a collective raises when a peer process has died."""
+    return isinstance(exc, dist.DistError) or (
+        isinstance(exc, RuntimeError) and any(text in str(exc) for text in _PEER_GONE))
+
+
+def _gist(exc: BaseException) -> str:
+    """The first sentence of a backend's error, without its source-file prefix."""
+    text = re.sub(r'^\[[^\]]*\]\s*', '', str(exc).strip().splitlines()[0])
+    return text.split('. ')[0][:200]
+
+
+def lost_peers(wait_s: float = 10.0) -> str:
+    """After a failed collective, name the ranks that are gone: every surviving rank reports to
+    the store, and the ranks that have not reported within ``wait_s`` are named (with the host
+    and process id they registered at start)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    try:
+        store = _store()
+        store.set(f'{_KEY}/alive{rank}', '1')
+        deadline = time.monotonic() + wait_s
+        missing = [r for r in range(size) if r != rank]
+        while missing and time.monotonic() < deadline:
+            missing = [r for r in missing if not store.check([f'{_KEY}/alive{r}'])]
+            time.sleep(0.2)
+        if not missing:
+            return 'every rank is still alive'
+        return ', '.join(f"rank {r} ({store.get(f'{_KEY}/rank{r}').decode()})" for r in missing)
+    except Exception as exc:  # the store lives with the master: it may be gone too
+        return f'unknown: the rendezvous store is unreachable too ({type(exc).__name__}: {exc})'
 
 
 def gloo_worker_threads() -> List[int]:
@@ -117,6 +164,11 @@ def _exit_now(exc: BaseException) -> None:
     else:
         traceback.print_exception(exc)
         code = 1
+        if dist.is_initialized() and is_peer_failure(exc):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's tear-down may not cut this short
+            print(f'error: rank {dist.get_rank()} lost its peers: a collective failed '
+                  f'({_gist(exc)}); gone: {lost_peers()}. The checkpoints already '
+                  f'written are complete: continue with --resume.', file=sys.stderr)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,5 +1,6 @@
 """Hooks used only by the launcher tests (imported through a config's custom_imports)."""
 import os
+import signal
 import time
 
 import torch
@@ -70,3 +71,17 @@ class WritePidHook(Hook):
     def before_train(self, runner) -> None:
         with open(os.path.join(runner.work_dir, f'pid_rank{runner.rank}'), 'w') as f:
             f.write(str(os.getpid()))
+
+
+@HOOKS.register_module()
+class SigkillAfterCheckpointHook(Hook):
+    """SIGKILL this process right after the checkpoint of iteration $XCIT_TEST_SIGKILL_AT is
+    written: the kill comes from the run itself, at a known point, with no timing guess."""
+
+    priority = 'LOWEST'  # after the checkpoint hook has written the file
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        at = os.environ.get('XCIT_TEST_SIGKILL_AT')
+        if at and runner.iter + 1 == int(at):
+            assert os.path.isfile(os.path.join(runner.work_dir, f'iter_{at}.pth'))
+            os.kill(os.getpid(), signal.SIGKILL)

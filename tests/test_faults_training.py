@@ -83,6 +83,7 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
     assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
     assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
     assert 'resumed epoch: 0, iter: 2' in log
+    assert 'RNG state not restored: the checkpoint holds 2 rank(s), this run has 1' in log
     assert 'lr: 7.5000e-06' in log and 'Iter(train) [4/4]' in log
 
 

@@ -2,6 +2,7 @@
 import os
 import signal
 import time
+from typing import Optional
 
 import torch
 from mmengine.hooks import Hook
@@ -74,17 +75,21 @@ class WritePidHook(Hook):
 
 
 @HOOKS.register_module()
-class KillRankHook(Hook):
-    """Rank ``rank`` SIGKILLs itself after iteration ``after_iter`` and its checkpoint, first writing
-    ``killed_rank{rank}`` (its pid and the time), so the kill comes from the run itself."""
+class SigkillAfterCheckpointHook(Hook):
+    """SIGKILL this process right after the checkpoint of iteration ``after_iter`` (default:
+    $XCIT_TEST_SIGKILL_AT; none: no kill) is written, on rank ``rank`` (default: every rank),
+    first writing ``killed_rank{r}`` (pid and time): the kill comes from the run itself."""
 
-    priority = 'LOWEST'  # after the checkpoint hook
+    priority = 'LOWEST'  # after the checkpoint hook has written the file
 
-    def __init__(self, rank: int = 1, after_iter: int = 4) -> None:
-        self.rank, self.after_iter = rank, after_iter
+    def __init__(self, rank: Optional[int] = None, after_iter: Optional[int] = None) -> None:
+        self.rank = rank
+        self.after_iter = after_iter or int(os.environ.get('XCIT_TEST_SIGKILL_AT', 0))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        if runner.rank == self.rank and runner.iter + 1 == self.after_iter:
-            with open(os.path.join(runner.work_dir, f'killed_rank{self.rank}'), 'w') as f:
+        if runner.iter + 1 == self.after_iter and self.rank in (None, runner.rank):
+            if runner.rank == 0:  # the writer (other ranks may get here before the file is in place)
+                assert os.path.isfile(os.path.join(runner.work_dir, f'iter_{self.after_iter}.pth'))
+            with open(os.path.join(runner.work_dir, f'killed_rank{runner.rank}'), 'w') as f:
                 f.write(f'{os.getpid()} {time.time()}')
             os.kill(os.getpid(), signal.SIGKILL)

@@ -7,7 +7,7 @@ import torch
 from mmengine.logging import MMLogger
 
 from conftest import randomize_
-from xcit_dense.models.checkpoint import CheckpointError
+from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.models.xcit import XCiT
 
 

@@ -11,6 +11,7 @@ import torch
 
 from conftest import ROOT, tiny_seg_config
 from test_launch import hooked_config, launch_env, train_cmd, wait_for
+from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
 
 
 def run(cmd, **kwargs):
@@ -48,6 +49,22 @@ def test_auto_resume_falls_back_to_the_newest_checkpoint_that_loads(trained):
     assert 'cannot read checkpoint' in log and 'iter_4.pth' in log
     assert 'resuming from' in log and 'iter_2.pth, the newest checkpoint that loads' in log
     assert 'resumed epoch: 0, iter: 2' in log and 'Iter(train) [6/6]' in log
+
+
+def test_a_checkpoint_written_before_rng_states_still_resumes(trained):
+    """Checkpoints hold one RNG state per rank, readable weights-only; one without them resumes."""
+    config, work_dir = trained
+    path = work_dir / 'iter_4.pth'
+    allow_mmengine_checkpoints()
+    states = read_checkpoint(str(path))['meta']['rng_states']
+    assert len(states) == 1 and set(states[0]) >= {'python', 'numpy', 'torch'}
+    old = torch.load(path, weights_only=False)
+    del old['meta']['rng_states']
+    torch.save(old, path)
+    proc = run(train_cmd(config, work_dir, '--resume', str(path)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = proc.stdout + proc.stderr
+    assert log.count('RNG state was not in the checkpoint') == 1 and 'Iter(train) [6/6]' in log
 
 
 def test_auto_resume_never_starts_from_scratch_when_all_are_broken(trained):

@@ -52,7 +52,7 @@ def test_killing_one_rank_stops_the_survivor_naming_the_lost_peer(tmp_path, seg_
     checkpoint, written before the kill, is complete."""
     config = tiny_seg_config(
         tmp_path, seg_data, custom_imports=HOOKS,
-        custom_hooks=[dict(type='KillRankHook', rank=1, after_iter=4)],
+        custom_hooks=[dict(type='SigkillAfterCheckpointHook', rank=1, after_iter=4)],
         train_cfg=dict(max_iters=50, val_interval=50),
         default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
     work_dir = tmp_path / 'run'
@@ -90,6 +90,7 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
     assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
     assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
     assert 'resumed epoch: 0, iter: 2' in log
+    assert 'RNG state not restored: the checkpoint holds 2 rank(s), this run has 1' in log
     assert 'lr: 7.5000e-06' in log and 'Iter(train) [4/4]' in log
 
 

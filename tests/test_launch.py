@@ -111,22 +111,41 @@ def wait_for(path, proc, timeout=300):
         time.sleep(0.1)
 
 
+def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
+    """``hooked_config`` with everything a resume has to carry over: an LR warmup and step,
+    shuffling that crosses an epoch, random flips and drop path; SIGKILL after a checkpoint."""
+    base = hooked_config(tmp_path, seg_data, max_iters=max_iters, interval=interval)
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+                dict(type='RandomFlip', prob=0.5), dict(type='PackSegInputs')]
+    cfg = dict(
+        _base_=[str(base)],
+        model=dict(backbone=dict(drop_path_rate=0.2)),
+        train_dataloader=dict(sampler=dict(type='DefaultSampler', shuffle=True),
+                              dataset=dict(pipeline=pipeline)),
+        param_scheduler=[dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=4),
+                         dict(type='MultiStepLR', milestones=[5], gamma=0.1, by_epoch=False)],
+        custom_hooks=[dict(type='DumpRankWeightsHook'), dict(type='SigkillAfterCheckpointHook')])
+    path = tmp_path / 'random_run.py'
+    path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')
+    return path
+
+
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, seg_data):
-    config = hooked_config(tmp_path, seg_data, max_iters=6, slow=0.3, interval=2)
+    """Killed right after the checkpoint of iteration 2 and resumed, the run ends with the
+    uninterrupted run's weights: scheduler, sampler and every RNG continue where they were."""
+    config = random_run_config(tmp_path, seg_data)
     subprocess.run(train_cmd(config, tmp_path / 'whole'), env=launch_env(), check=True,
                    capture_output=True, timeout=600)
-    killed = subprocess.Popen(train_cmd(config, tmp_path / 'cut'), env=launch_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(tmp_path / 'cut' / 'iter_2.pth', killed)
-    time.sleep(0.5)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
-    assert not (tmp_path / 'cut' / 'iter_6.pth').exists()
+    killed = subprocess.run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2),
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / 'cut').glob('*.pth')) == ['iter_2.pth']
     resumed = subprocess.run(train_cmd(config, tmp_path / 'cut', '--resume'), env=launch_env(),
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
     assert 'Iter(train) [6/6]' in log and 'Iter(train) [1/6]' not in log
+    assert 'RNG states restored from the checkpoint' in log
     whole = torch.load(tmp_path / 'whole' / 'rank0.pth', weights_only=True)
     cut = torch.load(tmp_path / 'cut' / 'rank0.pth', weights_only=True)
     for key in whole:

@@ -9,7 +9,8 @@ import os
 
 import torch
 
-from xcit_dense.models.checkpoint import load_backbone_weights, read_checkpoint, to_backbone_layout
+from xcit_dense.checkpoint import read_checkpoint
+from xcit_dense.models.checkpoint import load_backbone_weights, to_backbone_layout
 from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
 
 

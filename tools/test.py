@@ -10,11 +10,11 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
+from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
+                                   read_checkpoint)
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
-from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
-from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
 
 
 def parse_args() -> argparse.Namespace:

@@ -11,14 +11,13 @@ from mmengine.runner import Runner
 from xcit_dense.builder import load_config
 from xcit_dense.engine import (apply_batch_plan, check_mmcv_cuda_arch, process_group, resolve_batch_plan,
                                world_size)
-from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_matches_model,
-                                           find_resumable_checkpoint)
+from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
+                                   find_resumable_checkpoint)
 from xcit_dense.engine.config_check import check_data_files
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.hooks import NonFiniteLossError
 from xcit_dense.engine.run_config import (adapt_to_machine, configure_amp, configure_training_hooks,
-                                          skip_bad_training_samples)
-from xcit_dense.models.checkpoint import CheckpointError
+                                          seed_from_checkpoint, skip_bad_training_samples)
 
 
 def parse_args() -> argparse.Namespace:
@@ -87,6 +86,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
             resume_from = args.resume
         if resume_from:
             cfg.resume, cfg.load_from = True, resume_from
+            seed_from_checkpoint(cfg, resume_from)
         runner = Runner.from_cfg(cfg)
         if resume_from:
             check_matches_model(runner.model, resume_from)

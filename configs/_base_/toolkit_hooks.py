@@ -14,6 +14,8 @@ default_hooks = dict(
     nonfinite_loss=dict(type='NonFiniteLossHook'),
     # the batch plan in checkpoints; a resume under another plan keeps the optimizer steps
     batch_plan=dict(type='BatchPlanHook'),
+    # every rank's random-number generator states in checkpoints, restored on resume
+    rng_state=dict(type='RNGStateHook'),
     # progress bars for validation and test
     eval_progress=dict(type='EvalProgressHook'),
     # checkpoints are written to a temporary file and renamed, never left half-written

@@ -6,6 +6,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from ..checkpoint import read_checkpoint
 from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
 
@@ -93,6 +94,20 @@ def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = Fal
     checkpoint = default_hooks.get('checkpoint')
     if checkpoint is not None and not checkpoint.get('backend_args'):
         checkpoint['backend_args'] = dict(backend='atomic_local')
+
+
+def seed_from_checkpoint(cfg: Config, checkpoint: str) -> None:
+    """A config without a seed resumes under the checkpoint's seed, set before the Runner exists.
+
+    MMEngine re-seeds from the checkpoint only after it has built the training dataloader,
+    whose sampler order and worker seeds would then come from a new random seed.
+    """
+    randomness = dict(cfg.get('randomness') or {})
+    if randomness.get('seed') is not None:
+        return
+    seed = read_checkpoint(checkpoint).get('meta', {}).get('seed')
+    if seed is not None:
+        cfg.randomness = dict(randomness, seed=seed)
 
 
 def skip_bad_training_samples(cfg: Config) -> None:

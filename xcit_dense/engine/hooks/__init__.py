@@ -6,12 +6,13 @@ from .batch_plan import BatchPlanHook
 from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
+from .rng_state import RNGStateHook
 from .throughput import ThroughputHook
 
 # the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
-                     eval_progress='EvalProgressHook')
+                     eval_progress='EvalProgressHook', rng_state='RNGStateHook')
 
 __all__ = ['BatchPlanHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
-           'PreemptionHook', 'TOOLKIT_HOOKS', 'ThroughputHook']
+           'PreemptionHook', 'RNGStateHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..checkpoints import write_pointer
+from ...checkpoint import write_pointer
 from ..dist import world_size
 
 

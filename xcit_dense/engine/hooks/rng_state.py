@@ -1,0 +1,113 @@
+"""Every rank's random-number generator states in checkpoints, so that a resumed run draws the
+same augmentations and drop paths as an uninterrupted one (MMEngine only re-seeds on resume)."""
+import random
+from typing import Iterator, List, Optional
+
+import numpy as np
+import torch
+from mmengine.dist import all_gather_object
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ..dist import world_size
+
+
+def get_rng_state() -> dict:
+    """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states."""
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Put back the states of ``get_rng_state``; CUDA's only where there are as many GPUs."""
+    random.setstate(state['python'])
+    np.random.set_state(state['numpy'])
+    torch.set_rng_state(state['torch'])
+    cuda = state.get('cuda')
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class _RestoreAfterSkip:
+    """The train loop's batch iterator, restoring RNG states once the batches trained before
+    the checkpoint are skipped: skipping runs the pipeline, and its draws must not count."""
+
+    def __init__(self, batches: Iterator, skip: int, state: dict) -> None:
+        self.batches, self.skip, self.state = batches, skip, state
+
+    def __iter__(self) -> '_RestoreAfterSkip':
+        return self
+
+    def __next__(self):
+        if self.skip == 0 and self.state is not None:
+            set_rng_state(self.state)
+            self.state = None
+        self.skip -= 1
+        return next(self.batches)
+
+
+@HOOKS.register_module()
+class RNGStateHook(Hook):
+    """Save each rank's RNG states in ``checkpoint['meta']['rng_states']``; restore on resume.
+
+    The states saved are those at the end of the last training iteration. A checkpoint is
+    written by rank 0 alone, so in a distributed run all ranks' states are gathered after every
+    iteration (a few kilobytes each). Validation leaves the states as it found them, since a
+    resumed run does not repeat it.
+    """
+
+    priority = 'LOW'  # after_train_iter before the checkpoint hooks (VERY_LOW)
+
+    def __init__(self) -> None:
+        self._latest: Optional[List[dict]] = None
+        self._loaded: Optional[List[dict]] = None
+        self._before_val: Optional[dict] = None
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        """Note every rank's states, ready for a checkpoint written at this iteration."""
+        state = get_rng_state()
+        self._latest = all_gather_object(state) if world_size() > 1 else [state]
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Store the states of all ranks, indexed by rank."""
+        checkpoint.setdefault('meta', {})['rng_states'] = self._latest or [get_rng_state()]
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Keep the checkpoint's states (none in one written before this hook) for training."""
+        self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
+
+    def before_train(self, runner) -> None:
+        """On resume, restore this rank's states: after the skipped batches in an iteration loop.
+
+        A checkpoint loaded for its weights alone (training from iteration 0) restores nothing.
+        """
+        states, self._loaded = self._loaded, None
+        if states is None or runner.iter == 0:
+            return
+        if not states:
+            runner.logger.info('RNG state was not in the checkpoint: random numbers continue '
+                               'from the seed, not from where the run stopped')
+            return
+        if len(states) != world_size():
+            runner.logger.info(f'RNG state not restored: the checkpoint holds {len(states)} '
+                               f'rank(s), this run has {world_size()}')
+            return
+        loop = runner.train_loop
+        if hasattr(loop, 'dataloader_iterator'):
+            loop.dataloader_iterator = _RestoreAfterSkip(loop.dataloader_iterator, runner.iter,
+                                                         states[runner.rank])
+        else:
+            set_rng_state(states[runner.rank])
+        runner.logger.info('RNG states restored from the checkpoint')
+
+    def before_val(self, runner) -> None:
+        """Note the training streams' states before validation."""
+        self._before_val = get_rng_state()
+
+    def after_val(self, runner) -> None:
+        """Put the training streams back as validation found them."""
+        if self._before_val is not None:
+            set_rng_state(self._before_val)
+            self._before_val = None

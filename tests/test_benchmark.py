@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import randomize_
+from helpers import randomize_
 from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
 from xcit_dense.benchmark.runner import job_spec, run_jobs
 from xcit_dense.benchmark.targets import TARGETS, compute_ratios, met

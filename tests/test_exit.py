@@ -5,8 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT
-from test_launch import free_port
+from helpers import ROOT, free_port
 
 TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
 

@@ -11,8 +11,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import launch_env, read_log, train_cmd
+from helpers import ROOT, launch_env, read_log, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset
 
 

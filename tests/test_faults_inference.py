@@ -6,8 +6,7 @@ import sys
 import numpy as np
 from PIL import Image
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import launch_env, train_cmd
+from helpers import ROOT, launch_env, tiny_seg_config, train_cmd
 
 
 def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.benchmark import gpu_check
 
 

@@ -7,19 +7,14 @@ from typing import Iterator
 import pytest
 
 import slurm_cluster
-from conftest import ROOT
-from test_launch import free_port, hooked_config, launch_env, read_log
+from helpers import ROOT, free_port, hooked_config, launch_env, read_log, require_capability
 
 
 @pytest.fixture(scope='module')
 def private_cluster() -> Iterator[slurm_cluster.PrivateSlurmCluster]:
     """A private cluster for this module, stopped (and checked to be gone) at the end."""
     reason = slurm_cluster.missing_reason()
-    if reason:
-        if slurm_cluster.should_have_slurm():
-            pytest.fail(f'CI=true on a root machine with apt-get, yet: {reason}')
-        print(f'\nSKIPPING the Slurm tests: {reason}')
-        pytest.skip(reason)
+    require_capability('slurm', not reason, reason)
     cluster = slurm_cluster.PrivateSlurmCluster()
     try:
         cluster.start()

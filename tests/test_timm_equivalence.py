@@ -3,7 +3,7 @@ import pytest
 import timm
 import torch
 
-from conftest import randomize_
+from helpers import randomize_
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')

@@ -5,10 +5,8 @@ from pathlib import Path
 
 import torch
 
-from conftest import randomize_
+from helpers import ROOT, randomize_
 from xcit_dense.models.xcit import XCiT
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_tool(*args, check=True):

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from conftest import ROOT, tiny_seg_config
+from helpers import ROOT, tiny_seg_config
 
 
 def train(config, work_dir, *args):
@@ -63,7 +63,7 @@ def test_train_then_test_with_outputs(tmp_path, seg_data):
 def test_test_tool_refuses_a_checkpoint_of_another_model(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.foo': torch.zeros(1)}}, tmp_path / 'other.pth')
-    proc = subprocess.run([sys.executable, 'tools/test.py', str(config), str(tmp_path / 'other.pth')],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(ROOT / 'tools/test.py'), str(config), str(tmp_path / 'other.pth')],
+                          cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode != 0 and 'saved from a different model' in proc.stderr
     assert 'Traceback' not in proc.stderr

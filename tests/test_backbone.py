@@ -6,6 +6,7 @@ import torch
 from mmengine.registry import DefaultScope
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
 
 
@@ -18,9 +19,11 @@ def test_builds_from_config_in_both_scopes(scope):
     assert isinstance(model, XCiT)
 
 
-@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+@pytest.mark.parametrize('arch', sorted(PRESETS))
 def test_presets(arch):
-    dims, depth, heads, eta = ARCH_SETTINGS[arch]
+    preset = PRESETS[arch]
+    dims, depth, heads, eta = preset.embed_dims, preset.depth, preset.num_heads, preset.eta
+    assert ARCH_SETTINGS[arch] == (dims, depth, heads, eta)  # the tuple form, kept for users
     model = XCiT(arch=arch, patch_size=8)
     assert (model.embed_dims, model.depth, model.num_heads) == (dims, depth, heads)
     assert model.out_indices == ((3, 5, 7, 11) if depth == 12 else (7, 11, 15, 23))

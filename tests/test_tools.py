@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from helpers import ROOT, randomize_
+from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import XCiT
 
 
@@ -20,7 +21,13 @@ def test_count_params_prints_every_preset():
     out = run_tool('tools/count_params.py').stdout
     rows = [line for line in out.splitlines() if line.startswith('| ') and line[2].isalpha()
             and not line.startswith('| arch')]
-    assert len(rows) == 14
+    assert len(rows) == 2 * len(PRESETS)
+    for row in rows:  # arch, patch, D, depth, heads, eta as in the presets
+        arch, patch, dims, depth, heads, eta = (c.strip() for c in row.split('|')[1:7])
+        preset = PRESETS[arch]
+        assert (int(dims), int(depth), int(heads), float(eta)) == (
+            preset.embed_dims, preset.depth, preset.num_heads, preset.eta), row
+        assert int(patch) in (16, 8)
     cells = next(r for r in rows if r.startswith('| small_12 | 16 ')).split('|')
     dense, pyramid, classifier = (float(cells[i]) for i in (7, 8, 9))
     assert round(classifier) == 26  # XCiT-S12/16 in the paper: 26M

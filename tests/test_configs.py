@@ -12,11 +12,12 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
+from helpers import ROOT
 from xcit_dense.builder import build_model
 from xcit_dense.inference import predict
 from xcit_dense.models.presets import PRESETS
 
-CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
+CONFIGS = ROOT / 'configs'
 XCIT_CONFIGS = sorted((CONFIGS / 'xcit').glob('*.py'))
 EXAMPLE = CONFIGS / 'custom_dataset_example.py'
 NAME = re.compile(r'(?P<model>mask_rcnn|upernet|sem_fpn)_xcit_(?P<arch>[a-z]+_\d+)_'

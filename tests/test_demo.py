@@ -3,7 +3,6 @@ README's pipeline (generation, 2-process training, checkpoint, evaluation, infer
 and the inference tool's errors."""
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from mmcv.transforms import LoadImageFromFile
 from shapely.ops import unary_union
 
 from helpers import ROOT, free_port
+from helpers import run as run_process
 from xcit_dense.datasets.synthetic import SHAPES, make_scene, write_coco_set, write_segmentation_set
 
 DET_CONFIG = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
@@ -21,7 +21,7 @@ SEG_CONFIG = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
 
 
 def run(*args, env=None, check=True):
-    proc = subprocess.run([str(a) for a in args], cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = run_process([str(a) for a in args], cwd=ROOT, env=env, timeout=1200)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -4,7 +4,6 @@ import json
 import logging
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-from helpers import ROOT, launch_env, read_log, tiny_seg_config, train_cmd
+from helpers import ROOT, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
 
 
@@ -35,8 +34,7 @@ def seg_copy(tmp_path, seg_data):
 def train_seg(tmp_path, data_root, max_iters=4):
     config = tiny_seg_config(tmp_path, data_root, train_cfg=dict(max_iters=max_iters, val_interval=max_iters))
     work_dir = tmp_path / 'run'
-    proc = subprocess.run(train_cmd(config, work_dir), env=launch_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = run(train_cmd(config, work_dir))
     return proc, work_dir
 
 
@@ -113,8 +111,7 @@ def test_broken_annotation_file_stops_before_training(tmp_path):
         f"train_dataloader = dict(dataset=dict(data_root='{root}', ann_file='ann.json', "
         f"data_prefix=dict(img='img/')))\n"
         f"val_dataloader = train_dataloader\n")
-    proc = subprocess.run(train_cmd(config, tmp_path / 'run'), env=launch_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run(train_cmd(config, tmp_path / 'run'), timeout=300)
     assert proc.returncode != 0
     assert f'annotation file {root}/ann.json is not valid JSON' in proc.stderr
     assert not (tmp_path / 'run').exists()  # stopped before the Runner started

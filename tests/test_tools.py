@@ -1,17 +1,15 @@
 """Command-line tools: parameter counts, checkpoint conversion and the smoke run, as users run them."""
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-from helpers import ROOT, randomize_
+from helpers import ROOT, randomize_, run
 from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import XCiT
 
 
 def run_tool(*args, check=True):
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    proc = run([sys.executable, *map(str, args)], cwd=ROOT, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
     return proc

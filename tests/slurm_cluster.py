@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from helpers import free_ports
+
 SLURM_CONF = """ClusterName=xcittest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
@@ -63,23 +65,6 @@ def missing_reason() -> str:
     return ''
 
 
-def should_have_slurm() -> bool:
-    """True under CI on a root machine with apt-get, where tools/run_tests.sh installs Slurm."""
-    return os.environ.get('CI') == 'true' and os.geteuid() == 0 and shutil.which('apt-get') is not None
-
-
-def free_ports(count: int) -> List[int]:
-    """Distinct free TCP ports, none of them Slurm's defaults."""
-    ports: List[int] = []
-    while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(('', 0))
-            port = s.getsockname()[1]
-        if port not in ports and port not in DEFAULT_PORTS:
-            ports.append(port)
-    return ports
-
-
 def _alive(pid: int) -> bool:
     """Whether pid is a live (not zombie) process."""
     try:
@@ -104,7 +89,7 @@ class PrivateSlurmCluster:
         self.root = Path(tempfile.mkdtemp(prefix='xcit-slurm-'))
         self.root.chmod(0o755)  # munged requires its socket's directory to be searchable by all
         self.host = socket.gethostname().split('.')[0]
-        self.ctld_port, self.slurmd_port = free_ports(2)
+        self.ctld_port, self.slurmd_port = free_ports(2, exclude=DEFAULT_PORTS)
         self.conf = self.root / 'slurm.conf'
         self.env: Dict[str, str] = dict(os.environ, SLURM_CONF=str(self.conf))
 

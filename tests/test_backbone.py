@@ -6,6 +6,7 @@ import torch
 from mmengine.registry import DefaultScope
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
 
 
@@ -18,9 +19,11 @@ def test_builds_from_config_in_both_scopes(scope):
     assert isinstance(model, XCiT)
 
 
-@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+@pytest.mark.parametrize('arch', sorted(PRESETS))
 def test_presets(arch):
-    dims, depth, heads, eta = ARCH_SETTINGS[arch]
+    preset = PRESETS[arch]
+    dims, depth, heads, eta = preset.embed_dims, preset.depth, preset.num_heads, preset.eta
+    assert ARCH_SETTINGS[arch] == (dims, depth, heads, eta)  # the tuple form, kept for users
     model = XCiT(arch=arch, patch_size=8)
     assert (model.embed_dims, model.depth, model.num_heads) == (dims, depth, heads)
     assert model.out_indices == ((3, 5, 7, 11) if depth == 12 else (7, 11, 15, 23))
@@ -98,18 +101,48 @@ def test_frozen_stages_and_norm_eval(tiny_xcit):
     assert model.blocks[2].attn.qkv.weight.grad is not None
 
 
-def test_with_cp_gives_same_outputs_and_gradients(tiny_xcit):
+def forward_backward(model: XCiT, x: torch.Tensor, seed: int) -> dict:
+    """One training step's forward and backward under a seed: outputs, gradients, the blocks'
+    forward calls during each pass, and the bytes autograd saved for the backward."""
+    calls = {'forward': [], 'backward': []}
+    phase = 'forward'
+    hooks = [block.register_forward_pre_hook(lambda module, args, i=i: calls[phase].append(i))
+             for i, block in enumerate(model.blocks)]
+    saved = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor.numel() * tensor.element_size())
+        return tensor
+
+    torch.manual_seed(seed)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        outs = model(x)
+    phase = 'backward'
+    sum(o.square().mean() for o in outs).backward()
+    for hook in hooks:
+        hook.remove()
+    return dict(outs=outs, grads={n: p.grad for n, p in model.named_parameters()}, calls=calls,
+                saved_bytes=sum(saved))
+
+
+def test_with_cp_recomputes_blocks_in_backward_replaying_drop_path(tiny_xcit):
+    """with_cp keeps only each block's input: the blocks run again during backward (in reverse
+    order), and that recomputation replays the random state, so drop path drops the same samples
+    as in the forward; outputs and gradients equal those without checkpointing."""
     torch.manual_seed(0)
-    plain = tiny_xcit(drop_path_rate=0.0).train()
-    ckpt = tiny_xcit(drop_path_rate=0.0, with_cp=True).train()
+    plain = tiny_xcit(drop_path_rate=0.5).train()
+    ckpt = tiny_xcit(drop_path_rate=0.5, with_cp=True).train()
     ckpt.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 48, 64)
-    outs = [m(x) for m in (plain, ckpt)]
-    for a, b in zip(*outs):
+    x = torch.randn(4, 3, 48, 64)
+    ref, got = forward_backward(plain, x, seed=1), forward_backward(ckpt, x, seed=1)
+    assert ref['calls'] == {'forward': [0, 1, 2, 3], 'backward': []}
+    assert got['calls'] == {'forward': [0, 1, 2, 3], 'backward': [3, 2, 1, 0]}
+    assert got['saved_bytes'] < ref['saved_bytes'] / 2, (got['saved_bytes'], ref['saved_bytes'])
+    for a, b in zip(ref['outs'], got['outs']):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    for out in outs:
-        sum(o.square().mean() for o in out).backward()
-    grads = [{n: p.grad for n, p in m.named_parameters()} for m in (plain, ckpt)]
-    assert grads[0].keys() == grads[1].keys()
-    for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-7, msg=name)
+    assert ref['grads'].keys() == got['grads'].keys()
+    for name in ref['grads']:
+        torch.testing.assert_close(ref['grads'][name], got['grads'][name], rtol=1e-5, atol=1e-7, msg=name)
+    # drop path did drop: another seed gives other outputs
+    other = forward_backward(plain, x, seed=2)
+    assert not torch.allclose(other['outs'][0], ref['outs'][0])

@@ -2,7 +2,7 @@
 import pytest
 from mmengine.config import Config
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
 from xcit_dense.engine.batch_plan import replan_checkpoint
 

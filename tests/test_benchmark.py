@@ -2,20 +2,17 @@
 import csv
 import importlib.util
 import math
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import randomize_
+from helpers import ROOT, randomize_, run
 from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
 from xcit_dense.benchmark.runner import job_spec, run_jobs
 from xcit_dense.benchmark.targets import TARGETS, compute_ratios, met
 from xcit_dense.models.xcit import XCiT
 
-ROOT = Path(__file__).resolve().parents[1]
 NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb')
 
 
@@ -29,10 +26,10 @@ def bench():
 
 def test_smoke_run_writes_table_csv_and_plot(tmp_path):
     out = tmp_path / 'bench'
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, 'tools/benchmark.py', '--backbones', 'xcit_t12_p16', '--resolutions', '64',
          '--repeats', '1', '--warmup', '0', '--mode', 'both', '--threads', '1', '--device', 'cpu',
-         '--out-dir', str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+         '--out-dir', str(out)], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     table = (out / 'benchmark.md').read_text()

@@ -6,7 +6,7 @@ import pytest
 import torch
 from mmengine.logging import MMLogger
 
-from conftest import randomize_
+from helpers import PickleExploit, randomize_
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.models.xcit import XCiT
 
@@ -87,18 +87,10 @@ def test_truncated_file_names_the_path(tmp_path):
         pretrained(tmp_path / 'cut.pth')
 
 
-class _Exploit:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, 'w'))
-
-
 def test_code_in_a_checkpoint_never_runs(tmp_path):
     marker = tmp_path / 'pwned'
     path = tmp_path / 'evil.pth'
-    torch.save({'model': source_weights(), 'payload': _Exploit(str(marker))}, path,
+    torch.save({'model': source_weights(), 'payload': PickleExploit(str(marker))}, path,
                pickle_protocol=pickle.HIGHEST_PROTOCOL)
     with pytest.raises(CheckpointError, match='could run code'):
         pretrained(path)

@@ -12,18 +12,19 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
+from helpers import ROOT
 from xcit_dense.builder import build_model
 from xcit_dense.inference import predict
+from xcit_dense.models.presets import PRESETS
 
-CONFIGS = Path(__file__).resolve().parents[1] / 'configs'
+CONFIGS = ROOT / 'configs'
 XCIT_CONFIGS = sorted((CONFIGS / 'xcit').glob('*.py'))
 EXAMPLE = CONFIGS / 'custom_dataset_example.py'
 NAME = re.compile(r'(?P<model>mask_rcnn|upernet|sem_fpn)_xcit_(?P<arch>[a-z]+_\d+)_'
                   r'p(?P<patch>16|8)_(?P<schedule>3x_coco|160k_ade20k|80k_ade20k)\.py')
 SCHEDULES = {'mask_rcnn': '3x_coco', 'upernet': '160k_ade20k', 'sem_fpn': '80k_ade20k'}
-# arch -> (width D, depth, drop path rate); Semantic FPN on M24 uses 0.2
-SIZES = {'tiny_12': (192, 12, 0.0), 'small_12': (384, 12, 0.05),
-         'small_24': (384, 24, 0.1), 'medium_24': (512, 24, 0.15)}
+# arch -> drop path rate of the recipes (width and depth: the presets); Semantic FPN on M24 uses 0.2
+DROP_PATH = {'tiny_12': 0.0, 'small_12': 0.05, 'small_24': 0.1, 'medium_24': 0.15}
 NO_WEIGHTS = {'model.backbone.init_cfg': None}
 
 
@@ -56,7 +57,7 @@ def test_the_config_set_is_complete():
     """3 models x 4 sizes x 2 patch sizes, each with its own schedule."""
     names = {p.name for p in XCIT_CONFIGS}
     expected = {f'{model}_xcit_{arch}_p{patch}_{schedule}.py'
-                for model, schedule in SCHEDULES.items() for arch in SIZES for patch in (16, 8)}
+                for model, schedule in SCHEDULES.items() for arch in DROP_PATH for patch in (16, 8)}
     assert names == expected
 
 
@@ -65,14 +66,12 @@ def test_the_config_set_is_complete():
 @pytest.mark.parametrize('path', XCIT_CONFIGS, ids=ids(XCIT_CONFIGS))
 def test_config_builds_named_model(path):
     spec = parse(path)
-    dims, depth, drop_path = SIZES[spec['arch']]
+    preset = PRESETS[spec['arch']]
+    dims, depth, drop_path = preset.embed_dims, preset.depth, DROP_PATH[spec['arch']]
     if spec['model'] == 'sem_fpn' and spec['arch'] == 'medium_24':
         drop_path = 0.2
     cfg = load(path)
-    assert cfg.model.backbone.init_cfg == dict(
-        type='Pretrained',
-        checkpoint=f"https://dl.fbaipublicfiles.com/xcit/xcit_{spec['arch']}_p{spec['patch']}"
-                   '_384_dist.pth')
+    assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=preset.weights_url(spec['patch']))
 
     model = build_model(path.as_posix(), cfg_options=NO_WEIGHTS, init=False)
     backbone = model.backbone

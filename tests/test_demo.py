@@ -3,7 +3,6 @@ README's pipeline (generation, 2-process training, checkpoint, evaluation, infer
 and the inference tool's errors."""
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import torch
 from mmcv.transforms import LoadImageFromFile
 from shapely.ops import unary_union
 
-from conftest import ROOT
-from test_launch import free_port
+from helpers import ROOT, free_port
+from helpers import run as run_process
 from xcit_dense.datasets.synthetic import SHAPES, make_scene, write_coco_set, write_segmentation_set
 
 DET_CONFIG = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
@@ -22,7 +21,7 @@ SEG_CONFIG = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
 
 
 def run(*args, env=None, check=True):
-    proc = subprocess.run([str(a) for a in args], cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = run_process([str(a) for a in args], cwd=ROOT, env=env, timeout=1200)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -156,7 +155,8 @@ def test_infer_reports_bad_inputs_and_goes_on(demo_run):
     # a segmentation checkpoint with the detection config
     seg_ckpt = tmp / 'segmentor.pth'
     torch.save({'state_dict': {'decode_head.conv_seg.weight': torch.zeros(4, 8, 1, 1)}}, seg_ckpt)
-    proc = run(sys.executable, 'tools/infer.py', config, seg_ckpt, folder, check=False)
+    proc = run(sys.executable, 'tools/infer.py', config, seg_ckpt, folder, '--out-dir', tmp / 'seg_ckpt_out',
+               check=False)
     assert proc.returncode != 0 and 'holds a segmentation model' in proc.stderr
     assert 'Traceback' not in proc.stderr
 
@@ -188,5 +188,6 @@ def test_segmentation_demo_short_run(tmp_path):
     # a detection checkpoint with the segmentation config
     det_ckpt = tmp_path / 'detector.pth'
     torch.save({'state_dict': {'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 8)}}, det_ckpt)
-    proc = run(sys.executable, 'tools/infer.py', SEG_CONFIG, det_ckpt, out, check=False)
+    proc = run(sys.executable, 'tools/infer.py', SEG_CONFIG, det_ckpt, out, '--out-dir', tmp_path / 'det_ckpt_out',
+               check=False)
     assert proc.returncode != 0 and 'holds a detection model' in proc.stderr

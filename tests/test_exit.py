@@ -5,8 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT
-from test_launch import free_port
+from helpers import ROOT, free_port, run
 
 TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
 
@@ -14,7 +13,7 @@ TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
 def run_repro(*args: str) -> subprocess.CompletedProcess:
     cmd = [TORCHRUN, '--nproc_per_node=2', '--master_port', str(free_port()),
            str(ROOT / 'tools/exit_repro.py'), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return run(cmd)
 
 
 def test_finished_run_destroys_the_group_before_exit():

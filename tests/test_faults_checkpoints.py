@@ -9,13 +9,9 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import hooked_config, launch_env, train_cmd, wait_for
+from helpers import (ROOT, PickleExploit, hooked_config, launch_env, require_capability, run, tiny_seg_config,
+                     train_cmd, wait_for)
 from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
-
-
-def run(cmd, **kwargs):
-    return subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=600, **kwargs)
 
 
 @pytest.fixture
@@ -102,19 +98,11 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
     assert resumed.returncode == 0 and 'resumed epoch: 0, iter: 2' in resumed.stdout + resumed.stderr
 
 
-class _Exploit:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, 'w'))
-
-
 def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     marker = tmp_path / 'pwned'
     evil = tmp_path / 'evil.pth'
-    torch.save({'state_dict': {}, 'meta': _Exploit(str(marker))}, evil, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    torch.save({'state_dict': {}, 'meta': PickleExploit(str(marker))}, evil, pickle_protocol=pickle.HIGHEST_PROTOCOL)
     pretrained = tmp_path / 'pretrained.py'
     pretrained.write_text(f"_base_ = ['{config}']\nmodel = dict(backbone=dict(init_cfg=dict("
                           f"_delete_=True, type='Pretrained', checkpoint='{evil}')))\n")
@@ -126,7 +114,7 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, seg_data):
         'pretrained init': train_cmd(pretrained, tmp_path / 'run2'),
     }
     for name, cmd in commands.items():
-        proc = run(cmd, cwd=ROOT)
+        proc = run(cmd, cwd=tmp_path)
         assert proc.returncode != 0, name
         assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])
         assert not marker.exists(), name
@@ -137,9 +125,8 @@ def small_disk(tmp_path):
     """A small tmpfs: room for the first checkpoint, not for a second one next to it."""
     mount = tmp_path / 'disk'
     mount.mkdir()
-    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip('cannot mount a tmpfs here (needs root)')
+    mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', str(mount)], capture_output=True)
+    require_capability('tmpfs', mounted.returncode == 0, 'cannot mount a tmpfs here (needs root)')
     yield mount
     subprocess.run(['umount', '-l', str(mount)], capture_output=True)
 
@@ -165,7 +152,7 @@ def test_unwritable_work_dir_at_save_time(tmp_path, seg_data):
     wait_for(work_dir / 'iter_2.pth', proc)
     if subprocess.run(['chattr', '+i', str(work_dir)], capture_output=True).returncode != 0:
         proc.kill()
-        pytest.skip('chattr +i is not available on this file system')
+        require_capability('chattr', False, 'chattr +i is not available on this file system')
     try:
         _, err = proc.communicate(timeout=600)
     finally:

@@ -2,8 +2,8 @@
 images, degenerate boxes and polygons, out-of-range labels."""
 import json
 import logging
+import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -11,9 +11,8 @@ from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import launch_env, read_log, train_cmd
-from xcit_dense.datasets import CheckedCocoDataset
+from helpers import ROOT, read_log, run, tiny_seg_config, train_cmd
+from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
 
 
 class Collect(logging.Handler):
@@ -35,8 +34,7 @@ def seg_copy(tmp_path, seg_data):
 def train_seg(tmp_path, data_root, max_iters=4):
     config = tiny_seg_config(tmp_path, data_root, train_cfg=dict(max_iters=max_iters, val_interval=max_iters))
     work_dir = tmp_path / 'run'
-    proc = subprocess.run(train_cmd(config, work_dir), env=launch_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = run(train_cmd(config, work_dir))
     return proc, work_dir
 
 
@@ -53,7 +51,13 @@ def test_missing_corrupt_and_mislabelled_samples_are_skipped_and_counted(tmp_pat
     assert 'skipping' in log and 'training_00001.png' in log and 'No such file' in log
     assert 'training_00002.jpg' in log
     assert 'training_00003.png' in log and 'label values [200] outside the 4 classes' in log
-    assert 'bad sample(s) so far' in log
+    # one warning per skip, numbered 1, 2, ... by the counter; each bad sample is drawn twice by
+    # the sampler (12 draws over 8 samples), replacements drawn at random may hit a bad one again
+    counts = [int(n) for n in re.findall(r'^.*skipping .*\((\d+) bad sample\(s\) so far in this process\)$',
+                                         log, re.MULTILINE)]
+    assert counts == list(range(1, len(counts) + 1)) and len(counts) >= 6, counts
+    for name in ('training_00001', 'training_00002', 'training_00003'):
+        assert len(re.findall(rf'skipping .*{name}\.jpg', log)) >= 2, name
     assert 'Iter(train) [6/6]' in log  # nothing lost: the run went to the end
 
 
@@ -107,8 +111,7 @@ def test_broken_annotation_file_stops_before_training(tmp_path):
         f"train_dataloader = dict(dataset=dict(data_root='{root}', ann_file='ann.json', "
         f"data_prefix=dict(img='img/')))\n"
         f"val_dataloader = train_dataloader\n")
-    proc = subprocess.run(train_cmd(config, tmp_path / 'run'), env=launch_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run(train_cmd(config, tmp_path / 'run'), timeout=300)
     assert proc.returncode != 0
     assert f'annotation file {root}/ann.json is not valid JSON' in proc.stderr
     assert not (tmp_path / 'run').exists()  # stopped before the Runner started
@@ -121,20 +124,72 @@ def test_missing_image_folder_stops_before_training(tmp_path, seg_copy):
     assert f'val_dataloader: folder not found: {seg_copy}/images/validation' in proc.stderr
 
 
-def test_missing_image_of_a_coco_set_is_skipped_and_counted(tmp_path):
-    from xcit_dense.datasets import SkipBadSamples
+def test_missing_image_of_a_coco_set_is_skipped_and_counted(tmp_path, monkeypatch):
     root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20]), ann(2, 2, [8, 8, 30, 30])])
     (root / 'img' / 'a.jpg').unlink()
     records = Collect()
     MMLogger.get_instance('faults_data_coco', log_level='WARNING').addHandler(records)
     pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_mask=True),
                 dict(type='PackDetInputs')]
+    monkeypatch.setattr(robust, 'random', Scripted([1]))  # a.jpg's replacement: b.jpg
     with DefaultScope.overwrite_default_scope('mmdet'):
         dataset = SkipBadSamples(dict(type='CheckedCocoDataset', data_root=str(root), ann_file='ann.json',
                                       data_prefix=dict(img='img/'), metainfo=dict(classes=('box',)),
                                       pipeline=pipeline))
         samples = [dataset[i] for i in range(len(dataset))]
     assert all(s['data_samples'].img_path.endswith('b.jpg') for s in samples)
-    assert dataset.skipped >= 1
+    assert dataset.skipped == 1
     text = '\n'.join(r.getMessage() for r in records.records)
     assert 'skipping' in text and 'img/a.jpg' in text
+
+
+class Scripted:
+    """Stands in for the random module of robust.py: replacement indices from a script."""
+
+    def __init__(self, picks):
+        self.picks = list(picks)
+
+    def randrange(self, n):
+        pick = self.picks.pop(0)
+        assert 0 <= pick < n
+        return pick
+
+
+class Flaky:
+    """A dataset of `size` samples whose `bad` indices raise; it records every load that failed."""
+
+    metainfo = dict(classes=('a', 'b'))
+
+    def __init__(self, size, bad):
+        self.size, self.bad, self.failed = size, set(bad), []
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, idx):
+        if idx in self.bad:
+            self.failed.append(idx)
+            raise OSError(f'sample {idx} is unreadable')
+        return dict(idx=idx)
+
+    def get_data_info(self, idx):
+        return dict(img_path=f'img_{idx}.jpg')
+
+
+def test_skip_count_is_exact_even_when_a_replacement_is_bad(monkeypatch):
+    """Sample 1 is bad and so is its first replacement (2); sample 2 is bad, replaced by 3: three skips."""
+    flaky = Flaky(5, bad={1, 2})
+    monkeypatch.setattr(robust, 'random', Scripted([2, 0, 3]))
+    dataset = SkipBadSamples(flaky)
+    assert [dataset[i]['idx'] for i in range(5)] == [0, 0, 3, 3, 4]
+    assert flaky.failed == [1, 2, 2]
+    assert dataset.skipped == 3
+
+
+def test_skip_gives_up_after_max_tries_counting_every_try(monkeypatch):
+    flaky = Flaky(3, bad={0, 1, 2})
+    monkeypatch.setattr(robust, 'random', Scripted([1, 2, 0, 1]))
+    dataset = SkipBadSamples(flaky, max_tries=4)
+    with pytest.raises(RuntimeError, match='4 samples in a row could not be loaded'):
+        dataset[0]
+    assert dataset.skipped == len(flaky.failed) == 4

@@ -1,20 +1,17 @@
 """Inference on awkward inputs: extreme sizes and aspect ratios, grayscale, RGBA, 16-bit PNG."""
 import json
-import subprocess
 import sys
 
 import numpy as np
 from PIL import Image
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import launch_env, train_cmd
+from helpers import ROOT, run, tiny_seg_config, train_cmd
 
 
 def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=1, val_interval=1),
                              default_hooks=dict(checkpoint=dict(interval=1), visualization=dict(draw=False)))
-    assert subprocess.run(train_cmd(config, tmp_path / 'run'), env=launch_env(), capture_output=True,
-                          timeout=600).returncode == 0
+    assert run(train_cmd(config, tmp_path / 'run')).returncode == 0
     images = tmp_path / 'images'
     images.mkdir()
     rng = np.random.default_rng(0)
@@ -24,9 +21,8 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):
     Image.fromarray(rng.integers(0, 255, (50, 70, 4), dtype=np.uint8), 'RGBA').save(images / 'rgba.png')
     Image.fromarray(rng.integers(0, 65535, (50, 70), dtype=np.uint16)).save(images / 'deep.png')
     (images / 'notes.txt').write_text('not an image')
-    proc = subprocess.run([sys.executable, str(ROOT / 'tools/infer.py'), str(config),
-                           str(tmp_path / 'run' / 'iter_1.pth'), str(images), '--out-dir', str(tmp_path / 'out')],
-                          env=launch_env(), capture_output=True, text=True, timeout=900)
+    proc = run([sys.executable, str(ROOT / 'tools/infer.py'), str(config),
+                str(tmp_path / 'run' / 'iter_1.pth'), str(images), '--out-dir', str(tmp_path / 'out')], timeout=900)
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     results = {r['image'].split('/')[-1]: r for r in json.loads((tmp_path / 'out/results.json').read_text())['images']}
     for name, (h, w) in {'thin.png': (17, 2000), 'huge.jpg': (4000, 6000), 'gray.png': (50, 70),

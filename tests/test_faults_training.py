@@ -5,8 +5,7 @@ import time
 
 import torch
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import free_port, launch_env, read_log, train_cmd
+from helpers import ROOT, free_port, launch_env, read_log, tiny_seg_config, train_cmd
 from xcit_dense.checkpoint import allow_mmengine_checkpoints
 
 HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)

@@ -1,17 +1,16 @@
 """tools/gpu_check.py: every step at tiny sizes on the CPU, and results kept step by step."""
 import json
-import subprocess
 import sys
 
 import torch
 
-from conftest import ROOT
+from helpers import ROOT, run
 from xcit_dense.benchmark import gpu_check
 
 
 def test_every_step_runs_tiny_on_the_cpu(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
-                           '--out-dir', str(tmp_path)], capture_output=True, text=True, timeout=1200)
+    proc = run([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
+                '--out-dir', str(tmp_path)], timeout=1200)
     data = json.loads((tmp_path / 'gpu_check.json').read_text())
     steps = data['steps']
     assert list(steps) == ['ops', 'det_train', 'seg_train', 'benchmark', 'compile', 'launch'], proc.stderr[-3000:]

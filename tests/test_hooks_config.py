@@ -3,7 +3,7 @@ import pytest
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from conftest import tiny_seg_config
+from helpers import tiny_seg_config
 from xcit_dense.builder import load_config
 from xcit_dense.engine.hooks import TOOLKIT_HOOKS
 from xcit_dense.engine.run_config import configure_training_hooks, declare_hooks

@@ -1,61 +1,28 @@
 """Real launchers: two torchrun 'nodes' on this machine, bad input, signals and resume."""
-import os
+import contextlib
 import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from conftest import ROOT, tiny_seg_config
-
-TESTS = ROOT / 'tests'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def launch_env(**extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=f'{TESTS}{os.pathsep}' + os.environ.get('PYTHONPATH', ''),
-               PYTHON=sys.executable)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def hooked_config(tmp_path, seg_data, max_iters=4, slow=0.0, interval=None):
-    hooks = [dict(type='DumpRankWeightsHook')]
-    if slow:
-        hooks.append(dict(type='SlowIterHook', seconds=slow))
-    return tiny_seg_config(
-        tmp_path, seg_data,
-        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
-        custom_hooks=hooks,
-        train_cfg=dict(max_iters=max_iters, val_interval=max_iters),
-        default_hooks=dict(checkpoint=dict(interval=interval or max_iters), logger=dict(interval=1),
-                           visualization=dict(draw=False)))
-
-
-def read_log(work_dir):
-    return '\n'.join(p.read_text() for p in work_dir.rglob('*.log'))
+from helpers import (ROOT, free_port, hooked_config, launch_env, read_log, run, spawned, tiny_seg_config,
+                     train_cmd, wait_for)
 
 
 def test_two_nodes_on_one_machine(tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
     port = free_port()
-    procs = [subprocess.Popen(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1',
-                               '--work-dir', str(work_dir)],
-                              cwd=tmp_path, env=launch_env(NNODES=2, NODE_RANK=rank, MASTER_ADDR='127.0.0.1',
-                                                           PORT=port),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in (1, 0)]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(spawned(
+            ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work_dir)],
+            cwd=tmp_path, env=launch_env(NNODES=2, NODE_RANK=rank, MASTER_ADDR='127.0.0.1', PORT=port),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for rank in (1, 0)]
+        outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:]
     log = read_log(work_dir)
     assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
@@ -81,8 +48,7 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
 def test_bad_launch_input(tmp_path, seg_data, script, args, env, message):
     config = tiny_seg_config(tmp_path, seg_data)
     args = [str(config) if a == 'CONFIG' else a for a in args]
-    proc = subprocess.run(['bash', str(ROOT / 'tools' / script), *args], cwd=tmp_path,
-                          env=launch_env(**env), capture_output=True, text=True, timeout=120)
+    proc = run(['bash', str(ROOT / 'tools' / script), *args], cwd=tmp_path, env=launch_env(**env), timeout=120)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
 
@@ -93,22 +59,10 @@ def test_port_already_taken(tmp_path, seg_data):
         busy.bind(('127.0.0.1', 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = subprocess.run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1'], cwd=tmp_path,
-                              env=launch_env(PORT=port), capture_output=True, text=True, timeout=120)
+        proc = run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1'], cwd=tmp_path,
+                   env=launch_env(PORT=port), timeout=120)
     assert proc.returncode != 0
     assert f'port {port} on 127.0.0.1 is already in use' in proc.stderr
-
-
-def train_cmd(config, work_dir, *args):
-    return [sys.executable, str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(work_dir), *args]
-
-
-def wait_for(path, proc, timeout=300):
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f'run ended before {path.name} appeared'
-        assert time.time() < deadline, f'{path} did not appear'
-        time.sleep(0.1)
 
 
 def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
@@ -134,14 +88,12 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, seg_data):
     """Killed right after the checkpoint of iteration 2 and resumed, the run ends with the
     uninterrupted run's weights: scheduler, sampler and every RNG continue where they were."""
     config = random_run_config(tmp_path, seg_data)
-    subprocess.run(train_cmd(config, tmp_path / 'whole'), env=launch_env(), check=True,
-                   capture_output=True, timeout=600)
-    killed = subprocess.run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2),
-                            capture_output=True, text=True, timeout=600)
+    whole_run = run(train_cmd(config, tmp_path / 'whole'))
+    assert whole_run.returncode == 0, whole_run.stderr[-3000:]
+    killed = run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / 'cut').glob('*.pth')) == ['iter_2.pth']
-    resumed = subprocess.run(train_cmd(config, tmp_path / 'cut', '--resume'), env=launch_env(),
-                             capture_output=True, text=True, timeout=600)
+    resumed = run(train_cmd(config, tmp_path / 'cut', '--resume'))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
     assert 'Iter(train) [6/6]' in log and 'Iter(train) [1/6]' not in log
@@ -156,15 +108,15 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, seg_data):
 def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data, signum):
     config = hooked_config(tmp_path, seg_data, max_iters=30, slow=0.3, interval=30)
     work_dir = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(config, work_dir), env=launch_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for(work_dir / 'tiny_sem_fpn.py', proc)  # the run dir exists: training is starting
-    deadline = time.time() + 300
-    while not re.search(r'Iter\(train\) \[\s*3/30\]', read_log(work_dir)):
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.1)
-    proc.send_signal(signum)
-    out = proc.communicate(timeout=300)[0]
+    with spawned(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True) as proc:
+        wait_for(work_dir / 'tiny_sem_fpn.py', proc)  # the run dir exists: training is starting
+        deadline = time.time() + 300
+        while not re.search(r'Iter\(train\) \[\s*3/30\]', read_log(work_dir)):
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 128 + signum, out[-2000:]
     saved = sorted(work_dir.glob('iter_*.pth'))
     assert len(saved) == 1 and 3 <= int(saved[0].stem.split('_')[1]) < 30
@@ -176,7 +128,6 @@ def test_resume_from_another_model_is_refused(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.blocks.0.attn.qkv.weight': torch.zeros(3, 3)}},
                tmp_path / 'other.pth')
-    proc = subprocess.run(train_cmd(config, tmp_path / 'run', '--resume', str(tmp_path / 'other.pth')),
-                          env=launch_env(), capture_output=True, text=True, timeout=300)
+    proc = run(train_cmd(config, tmp_path / 'run', '--resume', str(tmp_path / 'other.pth')), timeout=300)
     assert proc.returncode != 0
     assert 'cannot resume' in proc.stderr and 'saved from a different model' in proc.stderr

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import ROOT
 from xcit_dense.engine import cuda_ops
 
-ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location('build_mmcv', ROOT / 'tools' / 'build_mmcv.py')
 build_mmcv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_mmcv)

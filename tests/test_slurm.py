@@ -7,8 +7,7 @@ from typing import Iterator
 import pytest
 
 import slurm_cluster
-from conftest import ROOT
-from test_launch import free_port, hooked_config, launch_env, read_log
+from helpers import ROOT, free_port, hooked_config, launch_env, read_log, require_capability, run
 
 pytestmark = pytest.mark.cluster
 
@@ -17,11 +16,7 @@ pytestmark = pytest.mark.cluster
 def private_cluster() -> Iterator[slurm_cluster.PrivateSlurmCluster]:
     """A private cluster for this module, stopped (and checked to be gone) at the end."""
     reason = slurm_cluster.missing_reason()
-    if reason:
-        if slurm_cluster.should_have_slurm():
-            pytest.fail(f'CI=true on a root machine with apt-get, yet: {reason}')
-        print(f'\nSKIPPING the Slurm tests: {reason}')
-        pytest.skip(reason)
+    require_capability('slurm', not reason, reason)
     cluster = slurm_cluster.PrivateSlurmCluster()
     try:
         cluster.start()
@@ -50,16 +45,15 @@ def slurm_env(cluster: slurm_cluster.PrivateSlurmCluster, **extra: object) -> di
 def test_slurm_train_then_slurm_test(slurm, tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
-    train = subprocess.run(['bash', str(ROOT / 'tools/slurm_train.sh'), 'debug', 'xcit-train', str(config),
-                            str(work_dir)], cwd=tmp_path, env=slurm_env(slurm), capture_output=True,
-                           text=True, timeout=900)
+    train = run(['bash', str(ROOT / 'tools/slurm_train.sh'), 'debug', 'xcit-train', str(config), str(work_dir)],
+                cwd=tmp_path, env=slurm_env(slurm), timeout=900)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     log = read_log(work_dir)
     assert 'Run plan: 1 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log
-    test = subprocess.run(['bash', str(ROOT / 'tools/slurm_test.sh'), 'debug', 'xcit-test', str(config),
-                           str(work_dir / 'iter_4.pth'), '--work-dir', str(tmp_path / 'eval')],
-                          cwd=tmp_path, env=slurm_env(slurm), capture_output=True, text=True, timeout=900)
+    test = run(['bash', str(ROOT / 'tools/slurm_test.sh'), 'debug', 'xcit-test', str(config),
+                str(work_dir / 'iter_4.pth'), '--work-dir', str(tmp_path / 'eval')],
+               cwd=tmp_path, env=slurm_env(slurm), timeout=900)
     assert test.returncode == 0, test.stdout[-3000:] + test.stderr[-3000:]
     assert re.search(r'mIoU: \d', test.stdout + test.stderr)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from mmengine.logging import MMLogger
 
-from conftest import randomize_
+from helpers import randomize_
 from xcit_dense.engine.config_check import check_backbone
 from xcit_dense.models import xcit as xcit_module
 

@@ -1,9 +1,11 @@
 """Numerical equivalence with timm's XCiT (an implementation nobody here wrote) on shared weights."""
+from pathlib import Path
+
 import pytest
 import timm
 import torch
 
-from conftest import randomize_
+from helpers import randomize_
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')
@@ -46,25 +48,31 @@ def compare(ours: XCiT, reference: torch.nn.Module, size) -> float:
     return worst
 
 
+def loaded(arch: str, patch: int, state: dict, path: Path) -> XCiT:
+    """Our XCiT with `state` saved to path and loaded through init_cfg; the file (up to hundreds of
+    MB for M24) is deleted at once, so that the temp dirs pytest keeps stay small."""
+    torch.save(state, path)
+    try:
+        model = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+        model.init_weights()
+    finally:
+        path.unlink()
+    return model.eval()
+
+
 @pytest.mark.parametrize('arch, patch', DENSE_PRESETS)
 def test_token_maps_match_timm(arch, patch, tmp_path):
     reference = timm_reference(arch, patch)
     # 1) the timm state dict, loaded through init_cfg
-    timm_file = tmp_path / 'timm.pth'
-    torch.save(reference.state_dict(), timm_file)
-    ours = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(timm_file)))
-    ours.init_weights()
-    ours.eval()
+    ours = loaded(arch, patch, reference.state_dict(), tmp_path / 'timm.pth')
     for size in SIZES:
         assert compare(ours, reference, size) <= 1e-5, (arch, patch, size)
     # 2) the same weights saved in the authors' layout, loaded through init_cfg
-    official_file = tmp_path / f'xcit_{arch}_p{patch}_384_dist.pth'
-    torch.save(authors_layout(reference.state_dict()), official_file)
-    ours = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(official_file)))
-    ours.init_weights()
-    ours.eval()
+    ours = loaded(arch, patch, authors_layout(reference.state_dict()),
+                  tmp_path / f'xcit_{arch}_p{patch}_384_dist.pth')
     for size in SIZES:
         assert compare(ours, reference, size) <= 1e-5, (arch, patch, size)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize('patch', [16, 8])

@@ -1,18 +1,15 @@
 """Command-line tools: parameter counts, checkpoint conversion and the smoke run, as users run them."""
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-from conftest import randomize_
+from helpers import ROOT, randomize_, run
+from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import XCiT
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_tool(*args, check=True):
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    proc = run([sys.executable, *map(str, args)], cwd=ROOT, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
     return proc
@@ -22,7 +19,13 @@ def test_count_params_prints_every_preset():
     out = run_tool('tools/count_params.py').stdout
     rows = [line for line in out.splitlines() if line.startswith('| ') and line[2].isalpha()
             and not line.startswith('| arch')]
-    assert len(rows) == 14
+    assert len(rows) == 2 * len(PRESETS)
+    for row in rows:  # arch, patch, D, depth, heads, eta as in the presets
+        arch, patch, dims, depth, heads, eta = (c.strip() for c in row.split('|')[1:7])
+        preset = PRESETS[arch]
+        assert (int(dims), int(depth), int(heads), float(eta)) == (
+            preset.embed_dims, preset.depth, preset.num_heads, preset.eta), row
+        assert int(patch) in (16, 8)
     cells = next(r for r in rows if r.startswith('| small_12 | 16 ')).split('|')
     dense, pyramid, classifier = (float(cells[i]) for i in (7, 8, 9))
     assert round(classifier) == 26  # XCiT-S12/16 in the paper: 26M

@@ -1,15 +1,13 @@
 """tools/train.py for real (one process): the plan line and gradient accumulation."""
-import subprocess
 import sys
 
 import torch
 
-from conftest import ROOT, tiny_seg_config
+from helpers import ROOT, run, tiny_seg_config
 
 
 def train(config, work_dir, *args):
-    proc = subprocess.run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir), *args],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir), *args], cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
@@ -50,10 +48,9 @@ def test_train_then_test_with_outputs(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     train(config, tmp_path / 'run')
     checkpoint = tmp_path / 'run' / 'iter_4.pth'
-    proc = subprocess.run([sys.executable, 'tools/test.py', str(config), str(checkpoint),
-                           '--work-dir', str(tmp_path / 'eval'), '--out', str(tmp_path / 'preds.pkl'),
-                           '--show-dir', str(tmp_path / 'show')],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run([sys.executable, 'tools/test.py', str(config), str(checkpoint),
+                '--work-dir', str(tmp_path / 'eval'), '--out', str(tmp_path / 'preds.pkl'),
+                '--show-dir', str(tmp_path / 'show')], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'mIoU' in proc.stdout + proc.stderr
     assert (tmp_path / 'preds.pkl').stat().st_size > 0
@@ -63,7 +60,6 @@ def test_train_then_test_with_outputs(tmp_path, seg_data):
 def test_test_tool_refuses_a_checkpoint_of_another_model(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.foo': torch.zeros(1)}}, tmp_path / 'other.pth')
-    proc = subprocess.run([sys.executable, 'tools/test.py', str(config), str(tmp_path / 'other.pth')],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run([sys.executable, str(ROOT / 'tools/test.py'), str(config), str(tmp_path / 'other.pth')], cwd=tmp_path)
     assert proc.returncode != 0 and 'saved from a different model' in proc.stderr
     assert 'Traceback' not in proc.stderr

@@ -11,15 +11,16 @@ import torch
 
 from xcit_dense.checkpoint import read_checkpoint
 from xcit_dense.models.checkpoint import load_backbone_weights, to_backbone_layout
-from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
+from xcit_dense.models.presets import PATCH_SIZES, PRESETS
+from xcit_dense.models.xcit import XCiT
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('src', help='official .pth file (weights under "model") or timm state dict')
     parser.add_argument('dst', help='output .pth file')
-    parser.add_argument('--arch', required=True, choices=list(ARCH_SETTINGS))
-    parser.add_argument('--patch-size', type=int, required=True, choices=[16, 8])
+    parser.add_argument('--arch', required=True, choices=list(PRESETS))
+    parser.add_argument('--patch-size', type=int, required=True, choices=PATCH_SIZES)
     args = parser.parse_args()
 
     # Validates shapes and completeness against the preset; raises naming the keys otherwise.

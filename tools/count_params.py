@@ -11,7 +11,8 @@ import os
 import timm
 
 from xcit_dense.builder import build_model
-from xcit_dense.models.xcit import ARCH_SETTINGS, XCiT
+from xcit_dense.models.presets import PATCH_SIZES, PRESETS
+from xcit_dense.models.xcit import XCiT
 
 
 def millions(module) -> float:
@@ -33,8 +34,8 @@ def count_configs(paths: list) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('--arch', nargs='*', default=list(ARCH_SETTINGS), choices=list(ARCH_SETTINGS))
-    parser.add_argument('--patch-size', nargs='*', type=int, default=[16, 8], choices=[16, 8])
+    parser.add_argument('--arch', nargs='*', default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument('--patch-size', nargs='*', type=int, default=list(PATCH_SIZES), choices=PATCH_SIZES)
     parser.add_argument('--configs', nargs='+', metavar='CONFIG',
                         help='count the models of these config files instead of the presets')
     args = parser.parse_args()
@@ -48,9 +49,10 @@ def main() -> None:
         for patch in args.patch_size:
             model = XCiT(arch=arch, patch_size=patch)
             pyramid = sum(millions(getattr(model, f'fpn{i}')) for i in range(1, 5))
-            dims, depth, heads, eta = ARCH_SETTINGS[arch]
+            preset = PRESETS[arch]
             classifier = millions(timm.create_model(f'xcit_{arch}_p{patch}_224', pretrained=False))
-            print(f'| {arch} | {patch} | {dims} | {depth} | {heads} | {eta:g} | {millions(model):.2f} '
+            print(f'| {arch} | {patch} | {preset.embed_dims} | {preset.depth} | {preset.num_heads} '
+                  f'| {preset.eta:g} | {millions(model):.2f} '
                   f'| {pyramid:.2f} | {classifier:.2f} |')
 
 

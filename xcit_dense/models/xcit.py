@@ -20,19 +20,11 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from .checkpoint import load_backbone_weights
 from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
+from .presets import DEFAULT_OUT_INDICES, PATCH_SIZES, PRESETS
 
-# name -> (embed_dims, depth, num_heads, eta), from the paper
+# name -> (embed_dims, depth, num_heads, eta): the presets as tuples (public API)
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
-    'nano_12': (128, 12, 4, 1.0),
-    'tiny_12': (192, 12, 4, 1.0),
-    'small_12': (384, 12, 8, 1.0),
-    'tiny_24': (192, 24, 4, 1e-5),
-    'small_24': (384, 24, 8, 1e-5),
-    'medium_24': (512, 24, 8, 1e-5),
-    'large_24': (768, 24, 16, 1e-5),
-}
-# depth -> the blocks whose outputs feed the pyramid (official defaults)
-DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
+    name: (p.embed_dims, p.depth, p.num_heads, p.eta) for name, p in PRESETS.items()}
 PYRAMID_STRIDES = (4, 8, 16, 32)
 
 
@@ -64,7 +56,7 @@ class XCiT(BaseModule):
     """XCiT backbone returning a 4-level pyramid for FPN-style necks and heads.
 
     Args:
-        arch: preset name (``tiny_12``, ``small_12``, ... see ``ARCH_SETTINGS``).
+        arch: preset name (``tiny_12``, ``small_12``, ... see ``presets.PRESETS``).
         patch_size: 8 or 16.
         embed_dims, depth, num_heads, eta: override the preset's values when given.
         mlp_ratio: hidden size of the MLP relative to ``embed_dims``.
@@ -107,17 +99,17 @@ class XCiT(BaseModule):
                  compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if arch not in ARCH_SETTINGS:
-            raise ValueError(f'unknown XCiT arch {arch!r}; choose one of {sorted(ARCH_SETTINGS)}')
-        if patch_size not in (8, 16):
+        if arch not in PRESETS:
+            raise ValueError(f'unknown XCiT arch {arch!r}; choose one of {sorted(PRESETS)}')
+        if patch_size not in PATCH_SIZES:
             raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
-        preset = ARCH_SETTINGS[arch]
+        preset = PRESETS[arch]
         self.arch = arch
         self.patch_size = patch_size
-        self.embed_dims = embed_dims if embed_dims is not None else preset[0]
-        self.depth = depth if depth is not None else preset[1]
-        self.num_heads = num_heads if num_heads is not None else preset[2]
-        eta = eta if eta is not None else preset[3]
+        self.embed_dims = embed_dims if embed_dims is not None else preset.embed_dims
+        self.depth = depth if depth is not None else preset.depth
+        self.num_heads = num_heads if num_heads is not None else preset.num_heads
+        eta = eta if eta is not None else preset.eta
         if out_indices is None:
             if self.depth not in DEFAULT_OUT_INDICES:
                 raise ValueError(f'no default out_indices for depth {self.depth}: pass out_indices')

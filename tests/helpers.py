@@ -1,0 +1,250 @@
+"""What the tests share: paths, tiny configs, subprocesses that never outlive a test, free ports,
+capability checks and a repository-cleanliness snapshot. Test files import this, never each other."""
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / 'tests'
+CAPABILITY_MISSING = 'capability missing:'
+
+
+# --- weights and configs ----------------------------------------------------------------------
+
+def randomize_(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give every float parameter and buffer random values, so that no weight goes untested.
+
+    Layer scales get values of order 0.1-0.5 (not the presets' 1e-5), BN statistics are
+    non-trivial, so a wrong mapping of any tensor shows in the outputs.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+            if not tensor.is_floating_point():
+                continue
+            noise = torch.randn(tensor.shape, generator=gen)
+            if name.endswith('running_var'):
+                tensor.copy_(0.5 + noise.abs())
+            elif name.split('.')[-1].startswith('gamma') or name.endswith('temperature'):
+                tensor.copy_(0.3 + 0.1 * noise)
+            elif name.endswith(('norm1.weight', 'norm2.weight', 'norm3.weight')) or \
+                    name.endswith('.1.weight') or name.endswith('bn.weight'):
+                tensor.copy_(1.0 + 0.1 * noise)
+            else:
+                tensor.copy_(0.02 * noise)
+    return module
+
+
+def tiny_seg_config(tmp_path: Path, data_root: Path, **overrides) -> Path:
+    """A config that inherits the real Semantic FPN XCiT-T12/16 config, shrunk for a CPU test.
+
+    No random augmentation, dropout, drop path or batch statistics (heads without norm, the
+    backbone's BN in eval mode): the loss is then a plain per-image mean.
+    """
+    classes = ('background', 'rectangle', 'ellipse', 'triangle')
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
+    dataset = dict(type='BaseSegDataset', data_root=str(data_root), img_suffix='.jpg', seg_map_suffix='.png',
+                   metainfo=dict(classes=classes), pipeline=pipeline)
+    cfg = {
+        '_base_': [str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')],
+        'model': dict(
+            data_preprocessor=dict(size=(64, 64)),
+            backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3), norm_eval=True,
+                          init_cfg=None),
+            neck=dict(in_channels=[64] * 4, out_channels=32),
+            decode_head=dict(in_channels=[32] * 4, channels=16, num_classes=4, dropout_ratio=0.0,
+                             norm_cfg=None)),
+        'train_dataloader': dict(
+            batch_size=2, num_workers=0, persistent_workers=False,
+            sampler=dict(type='InfiniteSampler', shuffle=False),
+            dataset=dict(dataset, data_prefix=dict(img_path='images/training',
+                                                   seg_map_path='annotations/training'))),
+        'val_dataloader': dict(
+            num_workers=0, persistent_workers=False,
+            dataset=dict(dataset, data_prefix=dict(img_path='images/validation',
+                                                   seg_map_path='annotations/validation'))),
+        'test_dataloader': dict(
+            num_workers=0, persistent_workers=False,
+            dataset=dict(dataset, data_prefix=dict(img_path='images/validation',
+                                                   seg_map_path='annotations/validation'))),
+        'train_cfg': dict(max_iters=4, val_interval=4),
+        'param_scheduler': [],
+        'default_hooks': dict(checkpoint=dict(interval=4), logger=dict(interval=1),
+                              visualization=dict(draw=False)),
+        'randomness': dict(seed=0, deterministic=True),
+        'env_cfg': dict(cudnn_benchmark=False),
+    }
+    cfg.update(overrides)
+    path = tmp_path / 'tiny_sem_fpn.py'
+    path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')
+    return path
+
+
+def hooked_config(tmp_path: Path, seg_data: Path, max_iters: int = 4, slow: float = 0.0,
+                  interval: Optional[int] = None) -> Path:
+    """The tiny config with the launcher tests' hooks: rank weight dumps and, if slow, slow iterations."""
+    hooks = [dict(type='DumpRankWeightsHook')]
+    if slow:
+        hooks.append(dict(type='SlowIterHook', seconds=slow))
+    return tiny_seg_config(
+        tmp_path, seg_data,
+        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=hooks,
+        train_cfg=dict(max_iters=max_iters, val_interval=max_iters),
+        default_hooks=dict(checkpoint=dict(interval=interval or max_iters), logger=dict(interval=1),
+                           visualization=dict(draw=False)))
+
+
+class PickleExploit:
+    """Unpickling this opens (creates) `marker` for writing: proof that a load ran code."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, 'w'))
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+def launch_env(**extra: object) -> Dict[str, str]:
+    """The environment of launched runs: tests/ importable (launch_hooks), PYTHON and extra set."""
+    env = dict(os.environ, PYTHONPATH=f'{TESTS}{os.pathsep}' + os.environ.get('PYTHONPATH', ''),
+               PYTHON=sys.executable)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def train_cmd(config: Path, work_dir: Path, *args: str) -> List[str]:
+    """tools/train.py on a config, into work_dir."""
+    return [sys.executable, str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(work_dir), *args]
+
+
+def read_log(work_dir: Path) -> str:
+    """All the text logs under a work dir, joined."""
+    return '\n'.join(p.read_text() for p in work_dir.rglob('*.log'))
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until path exists; fail if the process ends first or the time runs out."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f'run ended before {path.name} appeared'
+        assert time.time() < deadline, f'{path} did not appear'
+        time.sleep(0.1)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group that `proc` leads (torchrun workers included) and reap `proc`."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@contextlib.contextmanager
+def spawned(cmd: Sequence[str], **kwargs) -> Iterator[subprocess.Popen]:
+    """Popen in a session of its own; at exit (a timeout, a failed assert, or done) its group is killed."""
+    proc = subprocess.Popen(list(cmd), start_new_session=True, **kwargs)
+    try:
+        yield proc
+    finally:
+        kill_group(proc)
+
+
+def run(cmd: Sequence[str], timeout: float = 600, env: Optional[Dict[str, str]] = None,
+        **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in the launch environment, text output captured; on timeout the whole process
+    group is killed before TimeoutExpired propagates, so no worker outlives the test."""
+    with spawned(cmd, env=env if env is not None else launch_env(), stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
+def free_ports(count: int, exclude: Iterable[int] = ()) -> List[int]:
+    """Distinct TCP ports that were free a moment ago, none of them in `exclude`."""
+    ports: List[int] = []
+    excluded = set(exclude)
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(('', 0))  # free on every interface, so on loopback too
+            port = s.getsockname()[1]
+        if port not in ports and port not in excluded:
+            ports.append(port)
+    return ports
+
+
+def free_port() -> int:
+    """One TCP port that was free a moment ago."""
+    return free_ports(1)[0]
+
+
+# --- capabilities ---------------------------------------------------------------------------------
+
+def _has_cap(bit: int) -> bool:
+    """Whether this process holds the Linux capability `bit` (CapEff in /proc/self/status)."""
+    try:
+        status = Path('/proc/self/status').read_text()
+    except OSError:
+        return False
+    effective = next((line.split()[1] for line in status.splitlines() if line.startswith('CapEff:')), '0')
+    return bool(int(effective, 16) >> bit & 1)
+
+
+def _can_chattr() -> bool:
+    """CAP_LINUX_IMMUTABLE, chattr, and a temp file system that supports file attributes."""
+    if not (_has_cap(9) and shutil.which('chattr') and shutil.which('lsattr')):
+        return False
+    return subprocess.run(['lsattr', '-d', tempfile.gettempdir()], capture_output=True).returncode == 0
+
+
+# whether this machine should provide each capability (then CI=true turns a skip into a failure)
+MACHINE_HAS: Dict[str, Callable[[], bool]] = {
+    # tools/run_tests.sh installs slurm-wlm and munge as root where apt-get exists
+    'slurm': lambda: os.geteuid() == 0 and shutil.which('apt-get') is not None,
+    'tmpfs': lambda: _has_cap(21),  # CAP_SYS_ADMIN: mount
+    'chattr': _can_chattr,
+}
+
+
+def require_capability(name: str, available: bool, reason: str) -> None:
+    """Skip (listed under 'capabilities missing' in the summary) when `available` is false; under
+    CI=true on a machine that should have the capability, fail instead, so that CI never skips it silently."""
+    if available:
+        return
+    if os.environ.get('CI') == 'true' and MACHINE_HAS[name]():
+        pytest.fail(f'CI=true on a machine that should have {name}, yet: {reason}')
+    pytest.skip(f'{CAPABILITY_MISSING} {name}: {reason}')
+
+
+# --- the repository stays clean -------------------------------------------------------------------
+
+# written by Python and pytest themselves, never by the code under test
+NOISE = ('__pycache__/', '.pyc', '.pytest_cache/')
+
+
+def repo_state(root: Path = ROOT) -> Optional[Set[str]]:
+    """`git status` of root, ignored and untracked files listed one by one (None outside git)."""
+    if not shutil.which('git'):
+        return None
+    proc = subprocess.run(['git', 'status', '--porcelain', '--ignored', '--untracked-files=all', '--', '.',
+                           ':(exclude).venv'], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, GIT_OPTIONAL_LOCKS='0'), timeout=120)
+    if proc.returncode != 0:
+        return None
+    return {line for line in proc.stdout.splitlines()
+            if not any(n in line for n in NOISE)}

@@ -99,7 +99,8 @@ def image(seed: int = 5) -> np.ndarray:
 def test_segmentation_run_imports_no_mmdet(seg_run):
     seen, _, checkpoint = seg_run
     assert checkpoint.is_file()
-    assert seen == {step: [] for step in ('import xcit_dense', 'build_model', 'tools/train.py', 'tools/infer.py')}
+    steps = ('import xcit_dense', 'build_model', 'tools/train.py', 'tools/infer.py')
+    assert seen == {step: [] for step in steps}
 
 
 def test_task_table():
@@ -137,7 +138,6 @@ def test_stock_seg_inferencer_on_a_toolkit_checkpoint(seg_run):
 def test_stock_det_inferencer_on_a_toolkit_checkpoint(det_run):
     config, checkpoint = det_run
     check_stock_inferencer(DETECTION, config, checkpoint)
-    assert 'pred_instances' in predict_image(build_inferencer(str(config), str(checkpoint), device='cpu'), image())
 
 
 def test_a_checkpoint_of_the_other_task_is_refused(seg_run, det_run):

@@ -112,6 +112,7 @@ def main() -> None:
         sys.exit(f'error: {exc}')
     visualizer = inferencer.visualizer
     visualizer.alpha = 0.5
+    visualizer.dataset_meta = inferencer.model.dataset_meta  # mmseg's sets it only in its own visualize()
     draw_options = dict(pred_score_thr=args.score_thr) if task.draws_scores else {}
     classes = list(inferencer.model.dataset_meta.get('classes') or ())
     out_dir = Path(args.out_dir)

@@ -12,7 +12,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 from mmengine.config import Config
-from mmengine.structures import PixelData
+from mmengine.infer import BaseInferencer
+from mmengine.structures import BaseDataElement, PixelData
 from pycocotools import mask as mask_utils
 from torch import nn
 
@@ -26,11 +27,12 @@ class CheckedWeights:
 
     def __init__(self, model: Union[str, Config], weights: Optional[str] = None, **kwargs) -> None:
         self.weights_source = weights
-        self.config_source = model if isinstance(model, str) else getattr(model, 'filename', None) or 'the config'
+        self.config_source = (model if isinstance(model, str)
+                              else getattr(model, 'filename', None) or 'the config')
         super().__init__(model=model, weights=weights, **kwargs)
-        self.visualizer.dataset_meta = self.model.dataset_meta  # what mmseg's visualize() sets per call
 
     def _load_weights_to_model(self, model: nn.Module, checkpoint: Optional[dict], cfg: Config) -> None:
+        """Check the checkpoint's task and keys against the model, then load it as the stock class does."""
         if checkpoint is not None:
             state = checkpoint.get('state_dict')
             if not isinstance(state, dict):
@@ -51,7 +53,8 @@ def inferencer_class(task: Task) -> type:
     return type(f'Checked{stock.__name__}', (CheckedWeights, stock), {'__module__': __name__})
 
 
-def build_inferencer(config: Union[str, Config], weights: str, device: Optional[str] = None):
+def build_inferencer(config: Union[str, Config], weights: str,
+                     device: Optional[str] = None) -> BaseInferencer:
     """The stock inferencer of the config's task on ``weights``, refusing a checkpoint of the
     other task or of another model with ``CheckpointError``."""
     allow_mmengine_checkpoints()
@@ -59,12 +62,12 @@ def build_inferencer(config: Union[str, Config], weights: str, device: Optional[
     return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
 
 
-def predict_image(inferencer, image: np.ndarray):
+def predict_image(inferencer: BaseInferencer, image: np.ndarray) -> BaseDataElement:
     """One BGR image through an inferencer's test pipeline and model; returns its data sample."""
     return inferencer.forward(inferencer.collate_fn([inferencer.pipeline(image)]))[0]
 
 
-def predict(model: nn.Module, image: torch.Tensor):
+def predict(model: nn.Module, image: torch.Tensor) -> BaseDataElement:
     """Run ``model.test_step`` on one (3, H, W) uint8 image, without a pipeline; returns its data sample.
 
     Works for mmdet detectors (``pred_instances``) and mmseg segmentors (``pred_sem_seg``).
@@ -82,7 +85,7 @@ def _encode_mask(mask: np.ndarray) -> dict:
     return dict(size=list(rle['size']), counts=rle['counts'].decode('ascii'))
 
 
-def prediction_record(sample, task: Task, classes: Sequence[str]) -> dict:
+def prediction_record(sample: BaseDataElement, task: Task, classes: Sequence[str]) -> dict:
     """The prediction of one data sample as JSON-ready lists: instances (boxes in pixels, masks
     as RLE) or the segments of each class present."""
     def name(label: int) -> str:

@@ -7,33 +7,23 @@ that is missing or not an image is reported and skipped; the other images are st
 and the exit status is 1 if any input failed.
 """
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List
 
 import mmcv
 import numpy as np
-import torch
 import torch.nn.functional as F
-from mmengine.config import Config
-from mmengine.dataset import pseudo_collate
-from mmengine.registry import DefaultScope
 from mmengine.structures import PixelData
 from PIL import Image
-from pycocotools import mask as mask_utils
-from torch import nn
 from tqdm import tqdm
 
-from xcit_dense.builder import build_model, load_config
-from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
-from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
-
-TASKS = dict(mmdet='detection', mmseg='segmentation')
-# state-dict prefixes that only one task's models have
-TASK_KEYS = dict(detection=('rpn_head.', 'roi_head.'), segmentation=('decode_head.',))
+from xcit_dense.builder import load_config
+from xcit_dense.inference import build_inferencer, predict_image, prediction_record
+from xcit_dense.models.checkpoint import CheckpointError
+from xcit_dense.tasks import Task, task_of_config
 
 
 def parse_args() -> argparse.Namespace:
@@ -51,60 +41,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
     return parser.parse_args()
-
-
-def checkpoint_task(state: dict) -> Optional[str]:
-    """'detection' or 'segmentation' from a state dict's keys; None when neither shows."""
-    for task, prefixes in TASK_KEYS.items():
-        if any(key.startswith(prefixes) for key in state):
-            return task
-    return None
-
-
-def load_model(cfg: Config, config: str, checkpoint: str) -> Tuple[nn.Module, str, dict]:
-    """The model of ``cfg`` (read from ``config``) with the weights of ``checkpoint``, its
-    default scope and dataset meta (class names, palette).
-
-    Raises ``CheckpointError`` for a checkpoint of the other task or of another model.
-    """
-    scope = cfg.get('default_scope')
-    if scope not in TASKS:
-        raise ValueError(f"config {config} needs default_scope 'mmdet' or 'mmseg', got {scope!r}")
-    allow_mmengine_checkpoints()
-    ckpt = read_checkpoint(checkpoint)
-    state = ckpt.get('state_dict')
-    if not isinstance(state, dict):
-        raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
-    task, found = TASKS[scope], checkpoint_task(state)
-    if found and found != task:
-        raise CheckpointError(f'{checkpoint} holds a {found} model but {config} builds a {task} '
-                              f'model: pass the config it was trained with')
-    cfg.model.backbone.init_cfg = None  # every weight comes from the checkpoint
-    model = build_model(cfg, init=False)
-    check_matches_model(model, checkpoint)
-    model.load_state_dict(state)
-    meta = (ckpt.get('meta') or {}).get('dataset_meta') or {}
-    if not meta.get('classes'):
-        metainfo = cfg.test_dataloader.dataset.get('metainfo') or {}
-        meta = dict(metainfo) if metainfo.get('classes') else {}
-    return model.eval(), scope, meta
-
-
-def build_pipeline(cfg_pipeline: list, scope: str):
-    """The config's test pipeline for an image already in memory, without annotation loading."""
-    importlib.import_module(f'{scope}.datasets')
-    registry = importlib.import_module(f'{scope}.registry').TRANSFORMS
-    steps = [dict(step) for step in cfg_pipeline if 'LoadAnnotations' not in step['type']]
-    steps[0] = dict(type='LoadImageFromNDArray')
-    with DefaultScope.overwrite_default_scope(scope):
-        transforms = [registry.build(step) for step in steps]
-
-    def run(image: np.ndarray) -> dict:
-        data = dict(img=image, img_id=0, img_path=None)
-        for transform in transforms:
-            data = transform(data)
-        return data
-    return run
 
 
 def list_inputs(inputs: List[str]) -> Iterator[str]:
@@ -127,31 +63,7 @@ def read_image(path: str) -> np.ndarray:
     return image
 
 
-def encode_mask(mask: np.ndarray) -> dict:
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return dict(size=list(rle['size']), counts=rle['counts'].decode('ascii'))
-
-
-def raw_results(sample, scope: str, classes: List[str]) -> dict:
-    """The predictions of one data sample as JSON-ready lists."""
-    def name(label: int) -> str:
-        return classes[label] if label < len(classes) else str(label)
-    if scope == 'mmdet':
-        inst = sample.pred_instances.cpu()
-        masks = inst.masks.numpy() if 'masks' in inst else [None] * len(inst)
-        return dict(instances=[
-            dict(label=int(label), **{'class': name(int(label))}, score=round(float(score), 4),
-                 bbox=[round(float(v), 2) for v in bbox],
-                 **(dict(mask=encode_mask(mask)) if mask is not None else {}))
-            for label, score, bbox, mask in zip(inst.labels, inst.scores, inst.bboxes, masks)])
-    labels = sample.pred_sem_seg.data[0].cpu().numpy()
-    return dict(segments=[
-        dict(label=int(label), **{'class': name(int(label))}, area=int((labels == label).sum()),
-             mask=encode_mask(labels == label))
-        for label in np.unique(labels)])
-
-
-def enlarge(image: np.ndarray, sample, scope: str, min_size: int):
+def enlarge(image: np.ndarray, sample, task: Task, min_size: int):
     """The image and predictions scaled up so that the short side is ``min_size`` (for drawing)."""
     scale = min_size / min(image.shape[:2])
     if scale <= 1:
@@ -159,34 +71,19 @@ def enlarge(image: np.ndarray, sample, scope: str, min_size: int):
     size = (round(image.shape[0] * scale), round(image.shape[1] * scale))
     image = mmcv.imresize(image, size[::-1], interpolation='bilinear')
     sample = sample.clone()  # shallow: its fields are replaced below, never changed in place
-    if scope == 'mmdet':
-        inst = sample.pred_instances = sample.pred_instances.clone()
+    pred = getattr(sample, task.prediction)
+    if isinstance(pred, PixelData):  # one size for all its fields: replace it, and drop the logits
+        labels = F.interpolate(pred.data[None].float(), size=size)[0].long()
+        setattr(sample, task.prediction, PixelData(data=labels))
+        if 'seg_logits' in sample:
+            del sample.seg_logits
+    else:
+        inst = pred.clone()
         inst.bboxes = inst.bboxes * scale
         if 'masks' in inst and len(inst):
             inst.masks = F.interpolate(inst.masks[None].float(), size=size)[0] > 0.5
-    else:  # a PixelData keeps one size for all its fields: replace it, and drop the logits
-        labels = F.interpolate(sample.pred_sem_seg.data[None].float(), size=size)[0].long()
-        sample.pred_sem_seg = PixelData(data=labels)
-        if 'seg_logits' in sample:
-            del sample.seg_logits
+        setattr(sample, task.prediction, inst)
     return image, sample
-
-
-def build_visualizer(scope: str, meta: dict):
-    """mmdet's or mmseg's local visualizer, with the class names and colours of ``meta``."""
-    module = importlib.import_module(f'{scope}.visualization')
-    cls = module.DetLocalVisualizer if scope == 'mmdet' else module.SegLocalVisualizer
-    visualizer = cls(name=f'infer_{scope}', alpha=0.5)
-    visualizer.dataset_meta = meta
-    return visualizer
-
-
-def draw(visualizer, scope: str, image_rgb: np.ndarray, sample, out_file: str, score_thr: float) -> None:
-    if scope == 'mmdet':
-        visualizer.add_datasample('pred', image_rgb, sample, draw_gt=False, out_file=out_file,
-                                  pred_score_thr=score_thr)
-    else:
-        visualizer.add_datasample('pred', image_rgb, sample, draw_gt=False, out_file=out_file)
 
 
 def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
@@ -209,12 +106,15 @@ def main() -> None:
             sys.exit(f'error: {what} file not found: {path}')
     try:
         cfg = load_config(args.config)
-        model, scope, meta = load_model(cfg, args.config, args.checkpoint)
+        task = task_of_config(cfg)
+        inferencer = build_inferencer(cfg, args.checkpoint, device='cpu')
     except (ValueError, CheckpointError) as exc:
         sys.exit(f'error: {exc}')
-    pipeline = build_pipeline(cfg.test_dataloader.dataset.pipeline, scope)
-    visualizer = build_visualizer(scope, meta)
-    classes = list(meta.get('classes', ()))
+    visualizer = inferencer.visualizer
+    visualizer.alpha = 0.5
+    visualizer.dataset_meta = inferencer.model.dataset_meta  # mmseg's sets it only in its own visualize()
+    draw_options = dict(pred_score_thr=args.score_thr) if task.draws_scores else {}
+    classes = list(inferencer.model.dataset_meta.get('classes') or ())
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -231,10 +131,9 @@ def main() -> None:
         stem = Path(path).stem
         picture = str(out_dir / (f'{stem}.png' if f'{stem}.png' not in used else f'{stem}_{len(used)}.png'))
         try:
-            with torch.no_grad(), DefaultScope.overwrite_default_scope(scope):
-                sample = model.test_step(pseudo_collate([pipeline(image)]))[0]
-            shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, scope, args.min_size)
-            draw(visualizer, scope, shown, drawn, picture, args.score_thr)
+            sample = predict_image(inferencer, image)
+            shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, task, args.min_size)
+            visualizer.add_datasample('pred', shown, drawn, draw_gt=False, out_file=picture, **draw_options)
         except (RuntimeError, ValueError, MemoryError) as exc:  # e.g. out of memory for a huge image
             message = (f'{path}: inference failed for this {image.shape[1]}x{image.shape[0]} image: '
                        f'{type(exc).__name__}: {(str(exc).splitlines() or [""])[0][:300]}')
@@ -245,8 +144,8 @@ def main() -> None:
         used.add(Path(picture).name)
         pictures.append(picture)
         results.append(dict(image=path, picture=picture, height=image.shape[0], width=image.shape[1],
-                            **raw_results(sample, scope, classes)))
-    summary = dict(config=args.config, checkpoint=args.checkpoint, task=TASKS[scope],
+                            **prediction_record(sample, task, classes)))
+    summary = dict(config=args.config, checkpoint=args.checkpoint, task=task.name,
                    classes=classes, images=results)
     (out_dir / 'results.json').write_text(json.dumps(summary))
     if args.mosaic and pictures:

@@ -15,6 +15,7 @@ from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, 
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
+from xcit_dense.tasks import task_of_config
 
 
 def parse_args() -> argparse.Namespace:
@@ -32,18 +33,17 @@ def parse_args() -> argparse.Namespace:
 
 def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
     """Prediction dumping and drawing, in the way of the config's task (mmdet or mmseg)."""
-    detection = cfg.default_scope == 'mmdet'
+    task = task_of_config(cfg)
     if out:
         if not out.endswith(('.pkl', '.pickle')):
             sys.exit(f'error: --out must be a .pkl file, got {out}')
-        dump = dict(type='DumpDetResults' if detection else 'DumpResults',
-                    out_file_path=os.path.abspath(out))
+        dump = dict(type=task.dump_results, out_file_path=os.path.abspath(out))
         evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
         cfg.test_evaluator = [*evaluators, dump]
     if show_dir:
         hook = cfg.default_hooks.visualization
         hook.draw = True
-        if detection:
+        if task.hook_writes_test_dir:
             hook.test_out_dir = os.path.abspath(show_dir)
         else:
             hook.interval = 1
@@ -62,6 +62,7 @@ def main() -> None:
         sys.exit(f'error: {exc}')
     try:
         cfg = load_config(args.config, args.cfg_options)
+        task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
         sys.exit(f'error: {exc}')

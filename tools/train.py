@@ -18,6 +18,7 @@ from xcit_dense.engine.dist import describe_topology
 from xcit_dense.engine.hooks import NonFiniteLossError
 from xcit_dense.engine.run_config import (adapt_to_machine, configure_amp, configure_training_hooks,
                                           seed_from_checkpoint, skip_bad_training_samples)
+from xcit_dense.tasks import task_of_config
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,6 +58,7 @@ def main() -> None:
     try:
         cfg = load_config(args.config, args.cfg_options)
         check_data_files(cfg)
+        task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
     except ValueError as exc:
         sys.exit(f'error in {args.config}: {exc}')
     cfg.launcher = args.launcher

@@ -1,14 +1,13 @@
 """Building mmdet/mmseg models from this toolkit's configs, outside a Runner."""
-import importlib
 from typing import Optional, Union
 
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
-from mmengine.registry import DefaultScope
 from torch import nn
 
 from .engine.config_check import check_config
+from .tasks import task_of_config
 
 
 def load_config(config: Union[str, Config], cfg_options: Optional[dict] = None) -> Config:
@@ -28,13 +27,7 @@ def build_model(config: Union[str, Config], cfg_options: Optional[dict] = None,
     distributed runs).
     """
     cfg = load_config(config, cfg_options)
-    scope = cfg.get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise ValueError(f"config needs default_scope 'mmdet' or 'mmseg', got {scope!r}")
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        importlib.import_module(f'{scope}.models')
-        model = registry.build(cfg.model)
+    model = task_of_config(cfg).build_model(cfg.model)
     has_sync_bn = any(isinstance(m, nn.SyncBatchNorm) for m in model.modules())
     if has_sync_bn:
         print_log('SyncBN converted to BN: single-process model', logger='current')

@@ -1,19 +1,106 @@
-"""One image through a detector or segmentor built from this toolkit's configs."""
+"""Prediction with mmdet's and mmseg's own inferencers on this toolkit's configs and checkpoints.
+
+The stock ``DetInferencer`` and ``MMSegInferencer`` take a toolkit config and checkpoint as they
+take any other, once ``allow_mmengine_checkpoints()`` (``xcit_dense.checkpoint``) has let
+torch's ``weights_only`` loading read MMEngine's checkpoints. They load weights non-strictly,
+though: a segmentation checkpoint given to a detection config leaves a randomly initialised model
+behind a warning. ``build_inferencer`` returns the stock class with a check that refuses it.
+"""
+import functools
+from typing import Optional, Sequence, Union
+
+import numpy as np
 import torch
+from mmengine.config import Config
+from mmengine.infer import BaseInferencer
+from mmengine.structures import BaseDataElement, PixelData
+from pycocotools import mask as mask_utils
 from torch import nn
 
+from .checkpoint import allow_mmengine_checkpoints, check_matches_model
+from .models.checkpoint import CheckpointError
+from .tasks import Task, task_of_config, task_of_model, task_of_state
 
-def predict(model: nn.Module, image: torch.Tensor):
-    """Run ``model.test_step`` on one (3, H, W) uint8 image; returns its data sample.
+
+class CheckedWeights:
+    """Mixin for a stock inferencer: refuse weights of the other task or of another model."""
+
+    def __init__(self, model: Union[str, Config], weights: Optional[str] = None, **kwargs) -> None:
+        self.weights_source = weights
+        self.config_source = (model if isinstance(model, str)
+                              else getattr(model, 'filename', None) or 'the config')
+        super().__init__(model=model, weights=weights, **kwargs)
+
+    def _load_weights_to_model(self, model: nn.Module, checkpoint: Optional[dict], cfg: Config) -> None:
+        """Check the checkpoint's task and keys against the model, then load it as the stock class does."""
+        if checkpoint is not None:
+            state = checkpoint.get('state_dict')
+            if not isinstance(state, dict):
+                raise CheckpointError(f'{self.weights_source} is not a training checkpoint (no state_dict)')
+            task, found = task_of_model(model), task_of_state(state)
+            if found and found is not task:
+                raise CheckpointError(f'{self.weights_source} holds a {found.name} model but '
+                                      f'{self.config_source} builds a {task.name} model: pass the '
+                                      f'config it was trained with')
+            check_matches_model(model, self.weights_source)
+        super()._load_weights_to_model(model, checkpoint, cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def inferencer_class(task: Task) -> type:
+    """The task's stock inferencer with ``CheckedWeights`` (imports mmdet or mmseg now)."""
+    stock = task.inferencer_class()
+    return type(f'Checked{stock.__name__}', (CheckedWeights, stock), {'__module__': __name__})
+
+
+def build_inferencer(config: Union[str, Config], weights: str,
+                     device: Optional[str] = None) -> BaseInferencer:
+    """The stock inferencer of the config's task on ``weights``, refusing a checkpoint of the
+    other task or of another model with ``CheckpointError``."""
+    allow_mmengine_checkpoints()
+    cfg = Config.fromfile(config) if isinstance(config, str) else config
+    return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
+
+
+def predict_image(inferencer: BaseInferencer, image: np.ndarray) -> BaseDataElement:
+    """One BGR image through an inferencer's test pipeline and model; returns its data sample."""
+    return inferencer.forward(inferencer.collate_fn([inferencer.pipeline(image)]))[0]
+
+
+def predict(model: nn.Module, image: torch.Tensor) -> BaseDataElement:
+    """Run ``model.test_step`` on one (3, H, W) uint8 image, without a pipeline; returns its data sample.
 
     Works for mmdet detectors (``pred_instances``) and mmseg segmentors (``pred_sem_seg``).
     """
     h, w = image.shape[1:]
-    if hasattr(model, 'decode_head'):
-        from mmseg.structures import SegDataSample
-        sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
-    else:
-        from mmdet.structures import DetDataSample
-        sample = DetDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
+    sample = task_of_model(model).data_sample_class()(metainfo=dict(
+        img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w), scale_factor=(1., 1.)))
     with torch.no_grad():
         return model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
+
+
+def _encode_mask(mask: np.ndarray) -> dict:
+    """A binary mask as COCO RLE with a text ``counts``."""
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return dict(size=list(rle['size']), counts=rle['counts'].decode('ascii'))
+
+
+def prediction_record(sample: BaseDataElement, task: Task, classes: Sequence[str]) -> dict:
+    """The prediction of one data sample as JSON-ready lists: instances (boxes in pixels, masks
+    as RLE) or the segments of each class present."""
+    def name(label: int) -> str:
+        return classes[label] if label < len(classes) else str(label)
+    pred = getattr(sample, task.prediction)
+    if isinstance(pred, PixelData):
+        labels = pred.data[0].cpu().numpy()
+        return dict(segments=[
+            dict(label=int(label), **{'class': name(int(label))}, area=int((labels == label).sum()),
+                 mask=_encode_mask(labels == label))
+            for label in np.unique(labels)])
+    inst = pred.cpu()
+    masks = inst.masks.numpy() if 'masks' in inst else [None] * len(inst)
+    return dict(instances=[
+        dict(label=int(label), **{'class': name(int(label))}, score=round(float(score), 4),
+             bbox=[round(float(v), 2) for v in bbox],
+             **(dict(mask=_encode_mask(mask)) if mask is not None else {}))
+        for label, score, bbox, mask in zip(inst.labels, inst.scores, inst.bboxes, masks)])

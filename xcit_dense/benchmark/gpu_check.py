@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ..tasks import task_of_model
 from .measure import Timer, random_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,8 +171,7 @@ def train_iterations(config: str, size: Tuple[int, int], batch: int, device: tor
     fp32_loss = None
     for precision, dtype in PRECISIONS.items():
         model = _train_model(config, device, tiny)
-        package = type(model).__module__.split('.')[0]
-        inputs, samples = random_samples(package, batch, size)
+        inputs, samples = random_samples(task_of_model(model), batch, size)
         inputs, samples = inputs.to(device), [s.to(device) for s in samples]
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
         scaler = torch.amp.GradScaler(device.type, enabled=precision == 'fp16')

@@ -8,7 +8,6 @@ before the first forward (the high-water mark is reset there through /proc/self/
 and, from one more profiled step, the peak tensor memory.
 """
 import gc
-import importlib
 import json
 import math
 import re
@@ -20,9 +19,9 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from mmengine.registry import MODELS as ROOT_MODELS
-from mmengine.registry import DefaultScope
 from torch import nn
 
+from ..tasks import SEGMENTATION, TASKS, Task, task_of_model
 from .catalogue import MODELS, BenchTimmXCiTPyramid
 
 RESULT_TAG = 'BENCHMARK_RESULT '
@@ -62,10 +61,10 @@ def build(name: str, spec: dict, device: torch.device) -> Tuple[nn.Module, Calla
             if spec[key]:
                 options[f'model.backbone.{key}'] = True
         model = build_model(info['config'], options)
-        package = type(model).__module__.split('.')[0]
-        if package == 'mmseg' and train:  # batch norm of the 1x1 pooled branch needs two images
+        task = task_of_model(model)
+        if task is SEGMENTATION and train:  # batch norm of the 1x1 pooled branch needs two images
             batch = spec['batch'] = max(batch, 2)
-        inputs, samples = random_samples(package, batch, res)
+        inputs, samples = random_samples(task, batch, res)
     else:
         cfg = dict(info['cfg'])
         is_xcit, is_timm = cfg['type'] == 'XCiT', cfg['type'].startswith('BenchTimm')
@@ -76,10 +75,7 @@ def build(name: str, spec: dict, device: torch.device) -> Tuple[nn.Module, Calla
         if info['scope'] == 'mmengine':  # XCiT and the timm references: the root registry
             model = ROOT_MODELS.build(cfg)
         else:
-            registry = importlib.import_module(f"{info['scope']}.registry").MODELS
-            with DefaultScope.overwrite_default_scope(info['scope']):
-                importlib.import_module(f"{info['scope']}.models")
-                model = registry.build(cfg)
+            model = TASKS[info['scope']].build_model(cfg)
         if is_timm:
             model.model.set_grad_checkpointing(spec['with_cp'])
         if hasattr(model, 'init_weights'):
@@ -118,7 +114,7 @@ def make_step(model: nn.Module, inputs: torch.Tensor, samples: Optional[list], s
     return step
 
 
-def random_samples(kind: str, batch: int, res: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, list]:
+def random_samples(task: Task, batch: int, res: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, list]:
     """Random inputs and annotated data samples for a whole mmdet or mmseg model; ``res`` is the
     side of a square image or its (height, width)."""
     import numpy as np
@@ -131,10 +127,11 @@ def random_samples(kind: str, batch: int, res: Union[int, Tuple[int, int]]) -> T
                 scale_factor=(1.0, 1.0), padding_size=[0, 0, 0, 0])
     samples = []
     for _ in range(batch):
-        if kind == 'mmdet':
-            from mmdet.structures import DetDataSample
+        sample = task.data_sample_class()(metainfo=meta)
+        if task is SEGMENTATION:
+            sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, height, width), generator=gen))
+        else:
             from mmdet.structures.mask import BitmapMasks
-            sample = DetDataSample(metainfo=meta)
             scale = torch.tensor([width, height], dtype=torch.float32)
             xy = torch.rand(3, 2, generator=gen) * scale * 0.5
             wh = scale * (0.1 + 0.4 * torch.rand(3, 2, generator=gen))
@@ -144,10 +141,6 @@ def random_samples(kind: str, batch: int, res: Union[int, Tuple[int, int]]) -> T
                 masks[i, y0:y1, x0:x1] = 1
             sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1, 2]),
                                                masks=BitmapMasks(masks, height, width))
-        else:
-            from mmseg.structures import SegDataSample
-            sample = SegDataSample(metainfo=meta)
-            sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, height, width), generator=gen))
         samples.append(sample)
     return inputs, samples
 

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 from xcit_dense.builder import load_config
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
@@ -78,7 +79,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
     cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     try:
         check_matches_model(runner.model, args.checkpoint)
     except CheckpointError as exc:

@@ -39,6 +39,7 @@ def test_a_worker_failure_shows_the_workers_error(tmp_path, seg_data):
     assert proc.returncode != 0
     assert 'Traceback' not in output and 'ChildFailedError' not in output
     assert 'pkg_resources is deprecated' not in output
+    assert output.count('model.backbone.no_such_key: XCiT has no such argument') == 1, output
     error = output.index('model.backbone.no_such_key: XCiT has no such argument')
     assert output.rstrip().splitlines()[-1].startswith('error: rank ')
     assert error < output.index('failed first')

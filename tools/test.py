@@ -13,7 +13,7 @@ from mmengine.registry import RUNNERS
 from xcit_dense.builder import load_config
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.checkpoints import allow_mmengine_checkpoints, check_matches_model
-from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
 from xcit_dense.models.checkpoint import CheckpointError, read_checkpoint
 
@@ -60,12 +60,12 @@ def main() -> None:
     try:
         check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
     except RuntimeError as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     try:
         cfg = load_config(args.config, args.cfg_options)
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     cfg.launcher = args.launcher
     with process_group(args.launcher) as backend:
         evaluate(cfg, args, backend)

@@ -15,7 +15,7 @@ from xcit_dense.engine import (apply_batch_plan, check_mmcv_cuda_arch, process_g
                                world_size)
 from xcit_dense.engine.checkpoints import (allow_mmengine_checkpoints, check_matches_model,
                                            find_resumable_checkpoint)
-from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.hooks import NonFiniteLossError
 from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, configure_amp,
                                           configure_training_hooks, skip_bad_training_samples)
@@ -58,12 +58,12 @@ def main() -> None:
     try:
         check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
     except RuntimeError as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     try:
         cfg = load_config(args.config, args.cfg_options)
         check_data_files(cfg)
     except ValueError as exc:
-        sys.exit(f'error in {args.config}: {exc}')
+        exit_once_per_node(f'error in {args.config}: {exc}')
     cfg.launcher = args.launcher
     with process_group(args.launcher) as backend:
         train(cfg, args, backend)

@@ -1,8 +1,9 @@
 """Training samples as the model sees them: after the config's augmentation pipeline, with their
 ground truth drawn, one image per sample and a mosaic of all.
 
-mmdet's and mmseg's browse_dataset.py draw every sample of the set (118k for COCO) and no
-mosaic; this draws N random ones.
+mmdet's browse_dataset.py draws every sample of the set (118k for COCO) and no mosaic; mmseg
+1.2.2's fails under OpenCV 5 (cv2.rectangle refuses the non-contiguous image it passes). This
+draws N random ones of either.
 """
 import math
 import random

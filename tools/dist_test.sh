@@ -9,6 +9,7 @@ shift 3
 require_file config "$CONFIG"
 require_file checkpoint "$CHECKPOINT"
 torchrun_layout
-exec "$(torchrun_cmd)" --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
+preflight test "$CONFIG" "$@"
+exec_torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
   --master_port="$PORT" --nproc_per_node="$GPUS" \
   "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"

@@ -10,6 +10,7 @@ CONFIG=$1 GPUS=$2
 shift 2
 require_file config "$CONFIG"
 torchrun_layout
-exec "$(torchrun_cmd)" --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
+preflight train "$CONFIG" "$@"
+exec_torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
   --master_port="$PORT" --nproc_per_node="$GPUS" \
   "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "$@"

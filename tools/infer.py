@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from xcit_dense.builder import load_config
 from xcit_dense.inference import build_inferencer, predict_image, prediction_record
-from xcit_dense.models.checkpoint import CheckpointError
+from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
 
 

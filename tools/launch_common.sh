@@ -47,9 +47,13 @@ with socket.socket() as s:
 PY
 }
 
-torchrun_cmd() {  # torchrun on PYTHON's installation
-  local dir; dir="$(dirname "$(command -v "$PYTHON")")"
-  if [ -x "$dir/torchrun" ]; then echo "$dir/torchrun"; else echo torchrun; fi
+# torchrun on PYTHON's installation, through tools/torchrun.py (it ends a failed run with one line)
+exec_torchrun() {
+  exec "$PYTHON" "$ROOT/tools/torchrun.py" "$@"
+}
+
+preflight() {  # preflight train|test CONFIG [tool args]: one message and exit 2 if the run cannot start
+  "$PYTHON" "$ROOT/tools/preflight.py" "$@" || exit 2
 }
 
 # Checks NNODES / NODE_RANK / MASTER_ADDR / PORT (with defaults) for a torchrun launch of

@@ -11,6 +11,7 @@ WORK_DIR=()
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then WORK_DIR=(--work-dir "$1"); shift; fi
 require_file config "$CONFIG"
 slurm_layout
+preflight train "$CONFIG" "$@"
 # shellcheck disable=SC2086  # SRUN_ARGS holds several words
 exec srun -p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$TASKS_PER_NODE" --ntasks="$GPUS" \
   --ntasks-per-node="$TASKS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 \

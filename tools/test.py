@@ -6,14 +6,15 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 from xcit_dense.builder import load_config
 from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
                                    read_checkpoint)
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
-from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
 from xcit_dense.tasks import task_of_config
 
@@ -59,13 +60,13 @@ def main() -> None:
     try:
         check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
     except RuntimeError as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     try:
         cfg = load_config(args.config, args.cfg_options)
         task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     cfg.launcher = args.launcher
     with process_group(args.launcher) as backend:
         evaluate(cfg, args, backend)
@@ -79,7 +80,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
     cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     try:
         check_matches_model(runner.model, args.checkpoint)
     except CheckpointError as exc:

@@ -5,19 +5,21 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 from xcit_dense.builder import load_config
+from xcit_dense.data_files import check_data_files
 from xcit_dense.engine import (apply_batch_plan, check_mmcv_cuda_arch, process_group, resolve_batch_plan,
                                world_size)
 from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
                                    find_resumable_checkpoint)
-from xcit_dense.engine.config_check import check_data_files
-from xcit_dense.engine.dist import describe_topology
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.engine.run_config import (adapt_to_machine, configure_amp, configure_training_hooks,
-                                          seed_from_checkpoint, skip_bad_training_samples)
+from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, configure_amp,
+                                          configure_training_hooks, seed_from_checkpoint,
+                                          skip_bad_training_samples)
 from xcit_dense.tasks import task_of_config
 
 
@@ -40,6 +42,9 @@ def parse_args() -> argparse.Namespace:
     scale.add_argument('--no-scale-lr', dest='scale_lr', action='store_false')
     parser.add_argument('--skip-nonfinite', action='store_true',
                         help='skip batches with a NaN/inf loss (counted in the log) instead of stopping')
+    parser.add_argument('--vis-backend', action='append', choices=sorted(VIS_BACKENDS), default=[],
+                        help='also log scalars to this tracker (repeatable); mlflow and wandb need '
+                             'their packages')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. train_dataloader.batch_size=4')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -54,13 +59,13 @@ def main() -> None:
     try:
         check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
     except RuntimeError as exc:
-        sys.exit(f'error: {exc}')
+        exit_once_per_node(f'error: {exc}')
     try:
         cfg = load_config(args.config, args.cfg_options)
         check_data_files(cfg)
         task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
     except ValueError as exc:
-        sys.exit(f'error in {args.config}: {exc}')
+        exit_once_per_node(f'error in {args.config}: {exc}')
     cfg.launcher = args.launcher
     with process_group(args.launcher) as backend:
         train(cfg, args, backend)
@@ -76,6 +81,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     apply_batch_plan(cfg, plan)
     adapt_to_machine(cfg)
     configure_amp(cfg, args.amp)
+    add_vis_backends(cfg, args.vis_backend)
     configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
     skip_bad_training_samples(cfg)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
@@ -89,7 +95,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         if resume_from:
             cfg.resume, cfg.load_from = True, resume_from
             seed_from_checkpoint(cfg, resume_from)
-        runner = Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg)
         if resume_from:
             check_matches_model(runner.model, resume_from)
     except (CheckpointError, FileNotFoundError) as exc:

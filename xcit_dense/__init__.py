@@ -1,6 +1,15 @@
 """XCiT backbones for dense prediction on the OpenMMLab 2.0 stack (mmdet, mmseg)."""
-from . import datasets  # noqa: F401  (registers SkipBadSamples and, without mmdet, CheckedCocoDataset)
-from .models import XCiT  # noqa: F401  (registers the layers and backbone)
-from . import engine  # noqa: F401  (registers the hooks the runtime configs name)
+from .known_warnings import silence_known_warnings
+
+silence_known_warnings()  # before mmengine is imported: its import emits one of them
+
+from . import datasets  # noqa: E402,F401  (registers SkipBadSamples and, without mmdet, CheckedCocoDataset)
+from .models import XCiT  # noqa: E402,F401  (registers the layers and backbone)
+from . import engine  # noqa: E402,F401  (registers the hooks and runner the runtime configs name)
+from .checkpoint import allow_mmengine_checkpoints  # noqa: E402
+
+# configs import this package (custom_imports): mmdet's and mmseg's own tools and inferencers then
+# read MMEngine checkpoints under torch's weights_only=True default too
+allow_mmengine_checkpoints()
 
 __version__ = '0.1.0'

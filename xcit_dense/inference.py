@@ -18,7 +18,7 @@ from pycocotools import mask as mask_utils
 from torch import nn
 
 from .checkpoint import allow_mmengine_checkpoints, check_matches_model
-from .models.checkpoint import CheckpointError
+from .checkpoint import CheckpointError
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
 

@@ -20,6 +20,8 @@ vis_backends = [dict(type='LocalVisBackend')]
 visualizer = dict(type='DetLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=True)
 
+# MMEngine's Runner, with a log header naming the process group and devices in use
+runner_type = 'ToolkitRunner'
 log_level = 'INFO'
 load_from = None
 resume = False

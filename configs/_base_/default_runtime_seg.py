@@ -11,6 +11,8 @@ vis_backends = [dict(type='LocalVisBackend')]
 visualizer = dict(type='SegLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 log_processor = dict(by_epoch=False)
 
+# MMEngine's Runner, with a log header naming the process group and devices in use
+runner_type = 'ToolkitRunner'
 log_level = 'INFO'
 load_from = None
 resume = False

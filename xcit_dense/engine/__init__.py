@@ -3,6 +3,7 @@ from . import hooks  # noqa: F401  (registers the hooks with MMEngine)
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .cuda_ops import check_mmcv_cuda_arch
 from .dist import gpus_present, init_distributed, process_group, world_size
+from .runner import ToolkitRunner
 
 __all__ = ['BatchPlan', 'apply_batch_plan', 'check_mmcv_cuda_arch', 'gpus_present', 'init_distributed',
-           'process_group', 'resolve_batch_plan', 'world_size']
+           'process_group', 'resolve_batch_plan', 'ToolkitRunner', 'world_size']

@@ -5,8 +5,6 @@ batch-related keys against what the batch plan needs; each error names the key.
 """
 import collections.abc
 import inspect
-import json
-import os
 import typing
 from typing import Any
 
@@ -62,39 +60,3 @@ def check_config(cfg: Config) -> None:
         batch = (cfg.get(loader) or {}).get('batch_size')
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
             raise ValueError(f'{loader}.batch_size={batch!r}: expected a positive int')
-
-
-def _datasets(cfg: Config):
-    """(loader name, dataset config) of every dataloader, looking inside wrappers."""
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        dataset = (cfg.get(loader) or {}).get('dataset')
-        while isinstance(dataset, dict) and isinstance(dataset.get('dataset'), dict):
-            dataset = dataset['dataset']
-        if isinstance(dataset, dict):
-            yield loader, dataset
-
-
-def check_data_files(cfg: Config, loaders=('train_dataloader', 'val_dataloader')) -> None:
-    """Whole-dataset problems stop the run at start: a missing or unparsable annotation file,
-    a missing image folder. Raises ValueError naming the file."""
-    for loader, dataset in _datasets(cfg):
-        if loader not in loaders:
-            continue
-        root = dataset.get('data_root') or ''
-        ann_file = dataset.get('ann_file')
-        if ann_file:
-            path = os.path.join(root, ann_file)
-            if not os.path.isfile(path):
-                raise ValueError(f'{loader}: annotation file not found: {path}')
-            if path.endswith('.json'):
-                try:
-                    with open(path) as f:
-                        json.load(f)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise ValueError(f'{loader}: annotation file {path} is not valid JSON: {exc}') from None
-        prefix = dataset.get('data_prefix') or {}
-        for key in ('img', 'img_path', 'seg_map_path'):
-            if prefix.get(key):
-                folder = os.path.join(root, prefix[key])
-                if not os.path.isdir(folder):
-                    raise ValueError(f'{loader}: folder not found: {folder} (data_prefix.{key})')

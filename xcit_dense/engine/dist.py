@@ -23,7 +23,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, Optional
+from typing import Iterator, List, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -199,6 +199,15 @@ def process_group(launcher: str, timeout_s: int = 1800) -> Iterator[Optional[str
         leave_process_group()
     except Exception as exc:  # a peer lost at the very end, or the group still held
         _exit_now(SystemExit(f'error: the run finished, but leaving the process group failed: {exc}'))
+
+
+def exit_once_per_node(message: str, grace_s: float = 30.0) -> NoReturn:
+    """Exit with an error every process of this node meets alike (its config, its files), printed
+    once: by local rank 0 at once, by the others only if the launcher has not ended them within
+    ``grace_s`` (it ends them when rank 0 exits), so that the message is never lost."""
+    if int(os.environ.get('LOCAL_RANK', 0)) != 0:
+        time.sleep(grace_s)
+    sys.exit(message)
 
 
 def world_size() -> int:

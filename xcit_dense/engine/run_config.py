@@ -43,6 +43,21 @@ def adapt_to_machine(cfg: Config) -> None:
         cfg.model_wrapper_cfg = wrapper
 
 
+# MMEngine's visualization backends by their --vis-backend name; tensorboard is in the default
+# install, mlflow and wandb need their packages (pip install mlflow / wandb)
+VIS_BACKENDS = dict(tensorboard='TensorboardVisBackend', mlflow='MLflowVisBackend',
+                    wandb='WandbVisBackend')
+
+
+def add_vis_backends(cfg: Config, names: Iterable[str]) -> None:
+    """Log scalars (loss, lr, img_per_s, metrics) to these trackers too, besides the local files."""
+    backends = cfg.visualizer.setdefault('vis_backends', [])
+    present = {backend.get('type') for backend in backends}
+    for name in names:
+        if VIS_BACKENDS[name] not in present:
+            backends.append(dict(type=VIS_BACKENDS[name]))
+
+
 def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
     """Mixed precision: fp16 with dynamic loss scaling or bf16; fp32 (with a message) on CPU."""
     if dtype is None:

@@ -1,0 +1,93 @@
+"""tools/check_dataset.py: the right counts on the demo sets; a missing image folder, a missing
+annotation file, a corrupt JSON and classes that differ from the file's categories are named."""
+import json
+import runpy
+import shutil
+import sys
+
+import pytest
+from mmengine.config import Config
+
+from conftest import ROOT
+from xcit_dense.datasets.check import check_dataset
+from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
+
+DET_CONFIG = str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')
+SEG_CONFIG = str(ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py')
+
+
+@pytest.fixture(scope='module')
+def coco(tmp_path_factory):
+    root = tmp_path_factory.mktemp('demo_coco')
+    write_coco_set(root, 'train', 4, size=(64, 64), seed=0)
+    write_coco_set(root, 'val', 2, size=(48, 64), seed=1)
+    return root
+
+
+def det_options(root) -> dict:
+    return {'train_dataloader.dataset.data_root': f'{root}/', 'val_dataloader.dataset.data_root': f'{root}/',
+            'val_evaluator.ann_file': f'{root}/annotations/instances_val.json'}
+
+
+def det_config(root, **options) -> Config:
+    cfg = Config.fromfile(DET_CONFIG)
+    cfg.merge_from_dict(dict(det_options(root), **options))
+    return cfg
+
+
+def check_tool(config: str, options: dict, capsys) -> str:
+    """Run tools/check_dataset.py in this process; returns its message, raises if it exited 0."""
+    argv = ['check_dataset.py', config, '--cfg-options', *(f'{k}={v}' for k, v in options.items())]
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as exit_info:
+        patch.setattr(sys, 'argv', argv)
+        runpy.run_path(str(ROOT / 'tools/check_dataset.py'), run_name='__main__')
+    assert exit_info.value.code not in (0, None)
+    return str(exit_info.value.code) + capsys.readouterr().out
+
+
+def test_counts_on_the_demo_sets(coco, tmp_path):
+    train, val = check_dataset(det_config(coco))
+    for report, split in ((train, 'train'), (val, 'val')):
+        ann = json.loads((coco / f'annotations/instances_{split}.json').read_text())
+        assert report.images == len(ann['images']) and not report.missing_images
+        assert report.annotations == len(ann['annotations'])
+        assert report.classes == report.file_classes == ('rectangle', 'ellipse', 'triangle')
+        assert not report.problems
+    assert '  image sizes (h x w): min 48x64, median 48x64, max 48x64' in val.lines()
+    write_segmentation_set(tmp_path, 'training', 3, size=(64, 64), seed=0)
+    write_segmentation_set(tmp_path, 'validation', 2, size=(64, 64), seed=1)
+    (tmp_path / 'annotations/validation/validation_00001.png').unlink()
+    cfg = Config.fromfile(SEG_CONFIG)
+    cfg.merge_from_dict({'train_dataloader.dataset.data_root': str(tmp_path),
+                         'val_dataloader.dataset.data_root': str(tmp_path)})
+    train, val = check_dataset(cfg)
+    assert (train.images, train.annotations, train.without_annotations) == (3, 3, 0)
+    assert (val.images, val.annotations, val.without_annotations) == (2, 1, 1)
+
+
+def test_a_broken_copy_is_named(coco, tmp_path, capsys):
+    broken = tmp_path / 'broken'
+    shutil.copytree(coco, broken)
+    shutil.rmtree(broken / 'val')
+    message = check_tool(DET_CONFIG, det_options(broken), capsys)
+    assert f'val: val_dataloader: folder not found: {broken}/val/' in message
+    assert 'images: 4 found, 0 missing' in message  # the training split is still reported
+    (broken / 'val').mkdir()
+    message = check_tool(DET_CONFIG, det_options(broken), capsys)
+    assert f'val: 2 image(s) not found, e.g. {broken}/val/val_00000.jpg' in message
+
+    (broken / 'annotations/instances_train.json').unlink()
+    message = check_tool(DET_CONFIG, det_options(broken), capsys)
+    assert f'annotation file not found: {broken}/annotations/instances_train.json' in message
+    assert 'see README: Datasets' in message
+
+    (broken / 'annotations/instances_train.json').write_text('{"images": [')
+    message = check_tool(DET_CONFIG, det_options(broken), capsys)
+    assert f'annotation file {broken}/annotations/instances_train.json is not valid JSON' in message
+
+
+def test_classes_that_differ_from_the_annotation_file(coco, capsys):
+    classes = '(rectangle,ellipse,hexagon)'
+    options = {**det_options(coco), 'train_dataloader.dataset.metainfo.classes': classes}
+    message = check_tool(DET_CONFIG, options, capsys)
+    assert "only in the config ['hexagon'], only in the file ['triangle']" in message

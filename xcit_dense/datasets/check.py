@@ -1,0 +1,125 @@
+"""What a config's training and validation data hold, read through the real dataset classes:
+images found and missing, annotations, classes against the annotation file, image sizes.
+
+Used by tools/check_dataset.py before a long run, so that a wrong path, a half-extracted archive
+or a class list that does not match the annotations is named instead of found hours later.
+"""
+import contextlib
+import copy
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from statistics import median
+from typing import List, Optional, Sequence, Tuple
+
+from mmengine.config import Config
+from mmengine.registry import DATASETS, DefaultScope
+from PIL import Image
+
+from ..data_files import DataFilesError, config_datasets, check_data_files
+
+SPLITS = dict(train='train_dataloader', val='val_dataloader')
+
+
+@dataclass
+class SplitReport:
+    """The counts of one split and the problems that make it unusable."""
+    split: str
+    dataset_type: str
+    images: int = 0
+    missing_images: List[str] = field(default_factory=list)
+    annotations: int = 0
+    annotation_kind: str = 'instances'
+    classes: Tuple[str, ...] = ()
+    file_classes: Optional[Tuple[str, ...]] = None  # the annotation file's categories (COCO)
+    without_annotations: int = 0
+    sizes: List[Tuple[int, int]] = field(default_factory=list)  # (height, width) of each image
+    problems: List[str] = field(default_factory=list)
+
+    def lines(self) -> List[str]:
+        """The report as printed: a header line, then one indented line per item."""
+        out = [f'{self.split} ({self.dataset_type}):',
+               f'  images: {self.images} found, {len(self.missing_images)} missing'
+               + (f' (e.g. {self.missing_images[0]})' if self.missing_images else ''),
+               f'  annotations: {self.annotations} {self.annotation_kind}',
+               f'  classes: {len(self.classes)} ({", ".join(self.classes)})']
+        if self.file_classes is not None:
+            same = set(self.file_classes) == set(self.classes)
+            out.append(f'  annotation file categories: {len(self.file_classes)}'
+                       + (' (the same)' if same else f' ({", ".join(self.file_classes)})'))
+        out.append(f'  images without annotations: {self.without_annotations}')
+        if self.sizes:
+            heights, widths = zip(*self.sizes)
+            out.append('  image sizes (h x w): ' + ', '.join(
+                f'{name} {int(pick(heights))}x{int(pick(widths))}'
+                for name, pick in (('min', min), ('median', median), ('max', max))))
+        out += [f'  problem: {p}' for p in self.problems]
+        return out
+
+
+def _build(dataset_cfg: dict, scope: str):
+    """The dataset as the config describes it, without pipeline or filtering: every image counts."""
+    cfg = copy.deepcopy(dataset_cfg)
+    cfg.update(pipeline=[], lazy_init=False, serialize_data=False)  # data_list stays readable
+    if 'filter_cfg' in cfg:
+        cfg['filter_cfg'] = None
+    with DefaultScope.overwrite_default_scope(scope), contextlib.redirect_stdout(io.StringIO()):
+        return DATASETS.build(cfg)  # quiet: pycocotools prints its progress
+
+
+def _coco_categories(ann_file: str) -> Tuple[str, ...]:
+    with open(ann_file) as f:
+        return tuple(c['name'] for c in json.load(f).get('categories', []))
+
+
+def check_split(cfg: Config, split: str) -> SplitReport:
+    """Read one split of ``cfg`` (train or val) through its dataset class and count what it holds."""
+    loader = SPLITS[split]
+    dataset_cfg = dict(config_datasets(cfg))[loader]
+    report = SplitReport(split, dataset_cfg.get('type', '?'))
+    try:
+        check_data_files(cfg, [loader])
+    except DataFilesError as exc:
+        report.problems.append(str(exc))
+        return report
+    dataset = _build(dataset_cfg, cfg.get('default_scope', 'mmengine'))
+    report.classes = tuple(dataset.metainfo.get('classes', ()))
+    segmentation = 'instances' not in (dataset.data_list[0] if dataset.data_list else {})  # mmseg's
+    if segmentation:
+        report.annotation_kind = 'label maps'
+    else:
+        report.file_classes = _coco_categories(dataset.ann_file)
+    for info in dataset.data_list:
+        if not os.path.isfile(info['img_path']):
+            report.missing_images.append(info['img_path'])
+            continue
+        report.images += 1
+        if segmentation:
+            has_labels = os.path.isfile(info['seg_map_path'])
+            report.annotations += has_labels
+            with Image.open(info['img_path']) as image:
+                report.sizes.append((image.height, image.width))
+        else:
+            count = sum(1 for inst in info['instances'] if not inst.get('ignore_flag'))
+            report.annotations += count
+            has_labels = count > 0
+            report.sizes.append((info['height'], info['width']))
+        report.without_annotations += not has_labels
+    if not dataset.data_list:
+        report.problems.append('no images at all')
+    elif report.missing_images:
+        report.problems.append(f'{len(report.missing_images)} image(s) not found, e.g. '
+                               f'{report.missing_images[0]}')
+    if report.file_classes is not None and set(report.file_classes) != set(report.classes):
+        only_cfg = sorted(set(report.classes) - set(report.file_classes))
+        only_file = sorted(set(report.file_classes) - set(report.classes))
+        report.problems.append(f'the config\'s classes and {dataset.ann_file}\'s categories differ: '
+                               f'only in the config {only_cfg or "none"}, only in the file '
+                               f'{only_file or "none"}')
+    return report
+
+
+def check_dataset(cfg: Config, splits: Sequence[str] = tuple(SPLITS)) -> List[SplitReport]:
+    """The reports of the config's training and validation splits."""
+    return [check_split(cfg, split) for split in splits]

@@ -92,7 +92,8 @@ class Complexity:
         return '\n'.join(rows)
 
 
-def analyse(model: nn.Module, inputs: torch.Tensor, data_samples: Optional[list] = None) -> Complexity:
+def analyse(model: nn.Module, inputs: Union[torch.Tensor, Tuple[torch.Tensor, ...]],
+            data_samples: Optional[list] = None) -> Complexity:
     """Count ``model(inputs)`` (a dense model's tensor forward given ``data_samples``) per part."""
     prefix = 'backbone.' if getattr(model, 'backbone', None) is not None else ''
     analyzer = flop_analyzer(model, inputs)

@@ -68,7 +68,8 @@ class XCiTLayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
                 options.setdefault('weight_decay', self.base_wd)
             key = tuple(sorted((k, repr(v)) for k, v in options.items()))
             merged.setdefault(key, dict(options, params=[]))['params'].extend(group['params'])
-        result = sorted(merged.values(), key=lambda g: g['layer_id'])
+        # heads first: MMEngine logs the first group's LR, which is then the base LR
+        result = sorted(merged.values(), key=lambda g: -g['layer_id'])
         for group in result:
             print_log(f"layer decay: layer {group['layer_id']}/{depth + 1}, lr scale {group['lr_scale']:.4g} "
                       f"(lr {group['lr']:.4g}), weight decay {group.get('weight_decay', 0):g}, "

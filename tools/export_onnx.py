@@ -13,8 +13,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('config')
     parser.add_argument('out', help='the .onnx file to write')
-    parser.add_argument('--checkpoint', help="the whole model's training checkpoint (default: the "
-                                             "config's initial weights, ImageNet for the backbone)")
+    parser.add_argument('--checkpoint', help="the whole model's training checkpoint (default: randomly "
+                                             "initialised weights; the pretrained backbone is not loaded)")
     parser.add_argument('--shape', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'))
     parser.add_argument('--whole', action='store_true', help="export the model's tensor forward, not the backbone")
     parser.add_argument('--check', action='store_true', help='compare with PyTorch through onnxruntime')

@@ -1,0 +1,1 @@
+"""Model analysis: FLOPs and parameters per part, attention maps, ONNX export."""

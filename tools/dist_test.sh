@@ -9,6 +9,5 @@ shift 3
 require_file config "$CONFIG"
 require_file checkpoint "$CHECKPOINT"
 torchrun_layout
-exec "$(torchrun_cmd)" --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-  --master_port="$PORT" --nproc_per_node="$GPUS" \
-  "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"
+torchrun_args
+exec "$PYTHON" "$ROOT/tools/torchrun.py" "${TORCHRUN_ARGS[@]}" "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"

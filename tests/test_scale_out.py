@@ -83,15 +83,21 @@ def start_nodes(net: netns.Network, config: Path, work_dir: Path, per_node: int,
 
 
 def finish(procs: List[subprocess.Popen], timeout: float = 600) -> List[str]:
-    """The outputs of ``procs`` once they have ended (the namespaces' end kills what is left)."""
+    """The outputs of ``procs`` once they have ended (the namespaces' end kills what is left);
+    each begins with its exit status ('exit N')."""
     outputs = []
     for proc in procs:
         try:
-            outputs.append(proc.communicate(timeout=timeout)[0])
+            out = proc.communicate(timeout=timeout)[0]
         except subprocess.TimeoutExpired:
             proc.kill()
-            outputs.append(proc.communicate()[0] + '\n[test: killed after the timeout]')
+            out = proc.communicate()[0] + '\n[test: killed after the timeout]'
+        outputs.append(f'exit {proc.returncode}\n{out}')
     return outputs
+
+
+def all_succeeded(outputs: List[str]) -> None:
+    assert all(out.startswith('exit 0\n') for out in outputs), '\n'.join(o[-3000:] for o in outputs)
 
 
 def report(log: str) -> None:
@@ -123,8 +129,7 @@ def test_two_hosts_world_four_matches_one_process(two_hosts, tmp_path, seg_data,
     config = sgd_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
     outputs = finish(start_nodes(net, config, work_dir, 2, node0.address))
-    assert 'Connection refused' not in outputs[0] + outputs[1]
-    assert all('Traceback' not in out for out in outputs), outputs[0][-3000:] + outputs[1][-3000:]
+    all_succeeded(outputs)
     log = read_log(work_dir)
     report(log)
     route = f'(GLOO_SOCKET_IFNAME chosen: the route to MASTER_ADDR {node0.address})'
@@ -144,7 +149,7 @@ def test_master_by_host_name_from_a_private_hosts_file(two_hosts, tmp_path, seg_
     config = sgd_config(tmp_path, seg_data, steps=1)
     work_dir = tmp_path / 'run'
     outputs = finish(start_nodes(net, config, work_dir, 1, 'node0', hosts_file=True))
-    assert all('Traceback' not in out for out in outputs), outputs[0][-3000:] + outputs[1][-3000:]
+    all_succeeded(outputs)
     log = read_log(work_dir)
     report(log)
     assert f'Run plan: 2 node(s), 2 processes, backend gloo on eth0 {node0.address} (GLOO_SOCKET_IFNAME ' \
@@ -164,7 +169,7 @@ def test_a_node_that_never_joins_stops_the_other_naming_the_rendezvous(two_hosts
                           RDZV_TIMEOUT=8, MAX_RESTARTS=restarts)
     out = finish([proc], timeout=240)[0]
     print(out.splitlines()[-1])
-    assert proc.returncode == 1, out[-3000:]
+    assert out.startswith('exit 1\n'), out[-3000:]
     backend = 'c10d' if restarts else 'static'
     assert re.search(rf'error: the {backend} rendezvous at {re.escape(node0.address)}:29500 did not complete: '
                      rf'2 node\(s\) expected, waited RDZV_TIMEOUT=8 s \(', out), out[-3000:]
@@ -182,6 +187,7 @@ def test_elastic_restart_resumes_and_ends_like_an_uninterrupted_run(two_hosts, t
     work_dir = tmp_path / 'run'
     outputs = finish(start_nodes(net, config, work_dir, 1, node0.address, args=['--accumulation', '2'],
                                  MAX_RESTARTS=1, RDZV_TIMEOUT=120))
+    all_succeeded(outputs)
     text = '\n'.join(outputs)
     assert (work_dir / 'killed_rank1').exists(), text[-3000:]
     log = read_log(work_dir)

@@ -29,7 +29,7 @@ require_devices() {  # require_devices COUNT
   if [ "$gpus" -gt 0 ]; then
     [ "$1" -le "$gpus" ] || die "GPUS=$1 but this node has $gpus GPU(s)"
   else
-    local cores; cores="$(nproc)"
+    local cores; cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc obeys both
     [ "$1" -le "$cores" ] || die "GPUS=$1 processes but this node has no GPU and only $cores CPU cores"
   fi
 }

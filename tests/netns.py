@@ -7,7 +7,7 @@ test's namespaces, so the host's own interfaces, routes and /etc are never touch
 on failure) the processes still inside the namespaces are killed by pid and the namespaces
 deleted.
 
-A command runs on a host through ``ip netns exec``; with ``hosts_file=True`` it also gets a mount
+A command runs on a host through ``nsenter --net``; with ``hosts_file=True`` it also gets a mount
 namespace of its own in which a temporary hosts file (host names node0, node1, ...; the machine's
 host name on a loopback address, as Debian writes it) is bind-mounted over /etc/hosts: only that
 process tree sees it. The file system is otherwise shared, as on a cluster with a shared one.
@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Iterator, List, Sequence
 
 PREFIX = '10.213'
+NETNS_DIR = '/run/netns'  # where `ip netns add` puts its namespaces
 
 
 def missing_reason() -> str:
     """Why network namespaces cannot be created here, or '' when they can."""
     if os.geteuid() != 0:
         return 'network namespaces need root'
-    absent = [tool for tool in ('ip', 'unshare', 'mount') if not shutil.which(tool)]
+    absent = [tool for tool in ('ip', 'nsenter', 'unshare', 'mount') if not shutil.which(tool)]
     if absent:
         return f'{", ".join(absent)} not found (iproute2, util-linux)'
     return ''
@@ -72,7 +73,8 @@ class Network:
 
     def command(self, host: Host, args: Sequence[str], hosts_file: bool = False) -> List[str]:
         """``args`` run on ``host`` (its network namespace; with ``hosts_file``, its hosts file)."""
-        cmd = ['ip', 'netns', 'exec', host.ns]
+        # nsenter, not `ip netns exec`: that one remounts /sys, hiding /sys/fs/cgroup (slurmd needs it)
+        cmd = ['nsenter', f'--net={NETNS_DIR}/{host.ns}']
         if hosts_file:
             cmd += ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
                     f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"', 'sh']

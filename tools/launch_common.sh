@@ -95,5 +95,5 @@ slurm_layout() {
   TASKS_PER_NODE=$(( GPUS < GPUS_PER_NODE ? GPUS : GPUS_PER_NODE ))
   [ $(( GPUS % TASKS_PER_NODE )) -eq 0 ] || die "GPUS=$GPUS is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE"
   command -v srun >/dev/null || die "srun not found: is this a Slurm login node?"
-  export PORT=${PORT:-29500}
+  # PORT: the rendezvous port; unset, each job derives its own from the job id (engine/dist.py)
 }

@@ -40,13 +40,23 @@ def gpus_present() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a Slurm job without PORT: 20000-29999 by the job id (below Linux's
+    ephemeral ports), so that two jobs sharing a node do not collide."""
+    return 20000 + int(job_id) % 10000
+
+
 def _slurm_env() -> None:
     """Translate Slurm's task variables into the ones torch.distributed reads."""
     nodes = os.environ['SLURM_NODELIST']
     master = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
                             capture_output=True, text=True).stdout.split()[0]
     os.environ.setdefault('MASTER_ADDR', master)
-    os.environ.setdefault('MASTER_PORT', os.environ.get('PORT', '29500'))
+    os.environ.setdefault('MASTER_PORT', os.environ.get('PORT') or str(job_port(os.environ['SLURM_JOB_ID'])))
+    if os.environ['SLURM_PROCID'] == '0':
+        print(f"Slurm job {os.environ['SLURM_JOB_ID']} on {nodes}: master {os.environ['MASTER_ADDR']} "
+              f"(the first host: {master}), port {os.environ['MASTER_PORT']}"
+              f"{'' if os.environ.get('PORT') else ' (from the job id)'}", file=sys.stderr, flush=True)
     os.environ['RANK'] = os.environ['SLURM_PROCID']
     os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
     os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
@@ -99,8 +109,8 @@ def _choose_gloo_interface() -> None:
         _NETWORK = (f' on {route.interface} {route.address} (GLOO_SOCKET_IFNAME chosen: the route to '
                     f'MASTER_ADDR {route.master})')
         if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
-            print(f'{socket.gethostname()} (node {os.environ.get("GROUP_RANK", "?")}): gloo{_NETWORK}',
-                  file=sys.stderr, flush=True)
+            node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
+            print(f'{socket.gethostname()} (node {node}): gloo{_NETWORK}', file=sys.stderr, flush=True)
 
 
 def _agree_on_restart() -> None:

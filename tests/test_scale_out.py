@@ -2,6 +2,7 @@
 addresses), a node that never joins, and elastic restarts after a worker is killed."""
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -82,16 +83,22 @@ def start_nodes(net: netns.Network, config: Path, work_dir: Path, per_node: int,
         for rank, host in enumerate(net.hosts[:started])]
 
 
-def finish(procs: List[subprocess.Popen], timeout: float = 600) -> List[str]:
-    """The outputs of ``procs`` once they have ended (the namespaces' end kills what is left);
-    each begins with its exit status ('exit N')."""
+def finish(net: netns.Network, procs: List[subprocess.Popen], timeout: float = 600) -> List[str]:
+    """The outputs of ``procs`` once they have ended, each beginning with its exit status
+    ('exit N'). Past ``timeout`` every process in the namespaces is killed (workers too: they hold
+    the output pipes)."""
     outputs = []
     for proc in procs:
         try:
             out = proc.communicate(timeout=timeout)[0]
         except subprocess.TimeoutExpired:
-            proc.kill()
+            for pid in net.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             out = proc.communicate()[0] + '\n[test: killed after the timeout]'
+            timeout = 1
         outputs.append(f'exit {proc.returncode}\n{out}')
     return outputs
 
@@ -128,7 +135,7 @@ def test_two_hosts_world_four_matches_one_process(two_hosts, tmp_path, seg_data,
     node0, node1 = net.hosts
     config = sgd_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
-    outputs = finish(start_nodes(net, config, work_dir, 2, node0.address))
+    outputs = finish(net, start_nodes(net, config, work_dir, 2, node0.address))
     all_succeeded(outputs)
     log = read_log(work_dir)
     report(log)
@@ -148,7 +155,7 @@ def test_master_by_host_name_from_a_private_hosts_file(two_hosts, tmp_path, seg_
     assert 'node0' not in Path('/etc/hosts').read_text()
     config = sgd_config(tmp_path, seg_data, steps=1)
     work_dir = tmp_path / 'run'
-    outputs = finish(start_nodes(net, config, work_dir, 1, 'node0', hosts_file=True))
+    outputs = finish(net, start_nodes(net, config, work_dir, 1, 'node0', hosts_file=True))
     all_succeeded(outputs)
     log = read_log(work_dir)
     report(log)
@@ -167,7 +174,7 @@ def test_a_node_that_never_joins_stops_the_other_naming_the_rendezvous(two_hosts
     config = sgd_config(tmp_path, seg_data)
     (proc,) = start_nodes(two_hosts, config, tmp_path / 'run', 1, node0.address, started=1,
                           RDZV_TIMEOUT=8, MAX_RESTARTS=restarts)
-    out = finish([proc], timeout=240)[0]
+    out = finish(two_hosts, [proc], timeout=240)[0]
     print(out.splitlines()[-1])
     assert out.startswith('exit 1\n'), out[-3000:]
     backend = 'c10d' if restarts else 'static'
@@ -185,7 +192,7 @@ def test_elastic_restart_resumes_and_ends_like_an_uninterrupted_run(two_hosts, t
     node0 = net.hosts[0]
     config = sgd_config(tmp_path, seg_data, hooks=[dict(type='KillOnFirstAttemptHook', rank=1, after_iter=3)])
     work_dir = tmp_path / 'run'
-    outputs = finish(start_nodes(net, config, work_dir, 1, node0.address, args=['--accumulation', '2'],
+    outputs = finish(net, start_nodes(net, config, work_dir, 1, node0.address, args=['--accumulation', '2'],
                                  MAX_RESTARTS=1, RDZV_TIMEOUT=120))
     all_succeeded(outputs)
     text = '\n'.join(outputs)

@@ -93,3 +93,22 @@ class SigkillAfterCheckpointHook(Hook):
             with open(os.path.join(runner.work_dir, f'killed_rank{runner.rank}'), 'w') as f:
                 f.write(f'{os.getpid()} {time.time()}')
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+@HOOKS.register_module()
+class KillOnFirstAttemptHook(Hook):
+    """Rank ``rank`` SIGKILLs itself after iteration ``after_iter`` (and its checkpoint), on the
+    group's first attempt only: a group that torchrun restarted (--max-restarts) runs on. Before
+    the kill it writes ``killed_rank{rank}`` (its pid and the time)."""
+
+    priority = 'LOWEST'  # after the checkpoint hook
+
+    def __init__(self, rank: int = 1, after_iter: int = 3) -> None:
+        self.rank, self.after_iter = rank, after_iter
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        from xcit_dense.engine.dist import elastic_restart
+        if runner.rank == self.rank and runner.iter + 1 == self.after_iter and elastic_restart() == 0:
+            with open(os.path.join(runner.work_dir, f'killed_rank{self.rank}'), 'w') as f:
+                f.write(f'{os.getpid()} {time.time()}')
+            os.kill(os.getpid(), signal.SIGKILL)

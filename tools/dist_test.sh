@@ -10,6 +10,5 @@ require_file config "$CONFIG"
 require_file checkpoint "$CHECKPOINT"
 torchrun_layout
 preflight test "$CONFIG" "$@"
-exec_torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-  --master_port="$PORT" --nproc_per_node="$GPUS" \
-  "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"
+torchrun_args
+exec "$PYTHON" "$ROOT/tools/torchrun.py" "${TORCHRUN_ARGS[@]}" "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train with torchrun on one node, or on node NODE_RANK of NNODES.
-# Usage: [NNODES=1] [NODE_RANK=0] [MASTER_ADDR=127.0.0.1] [PORT=29500] \
+# Usage: [NNODES=1] [NODE_RANK=0] [MASTER_ADDR=127.0.0.1] [PORT=29500] [RDZV_TIMEOUT=600] [MAX_RESTARTS=0] \
 #        bash tools/dist_train.sh CONFIG GPUS [train.py args]
 # GPUS is the number of processes on this node (one per GPU; CPU processes without GPUs).
 set -euo pipefail
@@ -11,6 +11,5 @@ shift 2
 require_file config "$CONFIG"
 torchrun_layout
 preflight train "$CONFIG" "$@"
-exec_torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \
-  --master_port="$PORT" --nproc_per_node="$GPUS" \
-  "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "$@"
+torchrun_args
+exec "$PYTHON" "$ROOT/tools/torchrun.py" "${TORCHRUN_ARGS[@]}" "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "$@"

@@ -29,7 +29,7 @@ require_devices() {  # require_devices COUNT
   if [ "$gpus" -gt 0 ]; then
     [ "$1" -le "$gpus" ] || die "GPUS=$1 but this node has $gpus GPU(s)"
   else
-    local cores; cores="$(nproc)"
+    local cores; cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc obeys both
     [ "$1" -le "$cores" ] || die "GPUS=$1 processes but this node has no GPU and only $cores CPU cores"
   fi
 }
@@ -45,11 +45,6 @@ with socket.socket() as s:
     except OSError:
         sys.exit(1)
 PY
-}
-
-# torchrun on PYTHON's installation, through tools/torchrun.py (it ends a failed run with one line)
-exec_torchrun() {
-  exec "$PYTHON" "$ROOT/tools/torchrun.py" "$@"
 }
 
 preflight() {  # preflight train|test CONFIG [tool args]: one message and exit 2 if the run cannot start
@@ -68,6 +63,27 @@ torchrun_layout() {
   [ "$NODE_RANK" != 0 ] || require_free_port "$MASTER_ADDR" "$PORT"
 }
 
+# The torchrun options (TORCHRUN_ARGS) after torchrun_layout. RDZV_TIMEOUT: seconds the rendezvous
+# waits for all NNODES nodes (default 600), then stops naming it. MAX_RESTARTS=N (default 0): the
+# agents restart the whole group up to N times after a failure (c10d rendezvous at
+# MASTER_ADDR:PORT, node 0 hosting it, RDZV_ID default xcit-PORT); the restarted group resumes
+# from the newest complete checkpoint by itself.
+torchrun_args() {
+  RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} MAX_RESTARTS=${MAX_RESTARTS:-0}
+  require_positive_int RDZV_TIMEOUT "$RDZV_TIMEOUT"
+  [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
+  TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
+  if [ "$MAX_RESTARTS" -gt 0 ]; then
+    # a fresh store for each round (the agents' shared one keeps the keys of the failed round)
+    export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}
+    TORCHRUN_ARGS+=(--max-restarts="$MAX_RESTARTS" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$PORT"
+      --rdzv-id="${RDZV_ID:-xcit-$PORT}" --rdzv-conf="join_timeout=$RDZV_TIMEOUT,is_host=$(( NODE_RANK == 0 ))")
+  else
+    TORCHRUN_ARGS+=(--node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" --master_port="$PORT"
+      --rdzv-conf="timeout=$RDZV_TIMEOUT")
+  fi
+}
+
 # Checks GPUS / GPUS_PER_NODE / CPUS_PER_TASK (with the original scripts' defaults) and sets
 # TASKS_PER_NODE: one Slurm task per GPU, several nodes when GPUS > GPUS_PER_NODE.
 slurm_layout() {
@@ -78,5 +94,5 @@ slurm_layout() {
   TASKS_PER_NODE=$(( GPUS < GPUS_PER_NODE ? GPUS : GPUS_PER_NODE ))
   [ $(( GPUS % TASKS_PER_NODE )) -eq 0 ] || die "GPUS=$GPUS is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE"
   command -v srun >/dev/null || die "srun not found: is this a Slurm login node?"
-  export PORT=${PORT:-29500}
+  # PORT: the rendezvous port; unset, each job derives its own from the job id (engine/dist.py)
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Train under Slurm: one task per GPU, several nodes when GPUS > GPUS_PER_NODE.
-# Usage: [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] [PORT=29500] \
+# Train under Slurm: one task per GPU, several nodes when GPUS > GPUS_PER_NODE; the master is the
+# first host of SLURM_NODELIST.
+# Usage: [GPUS=8] [GPUS_PER_NODE=8] [CPUS_PER_TASK=5] [SRUN_ARGS=...] [PORT=20000+jobid%10000] \
 #        bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [WORK_DIR] [train.py args]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"

@@ -28,12 +28,22 @@ from typing import Iterator, List, NoReturn, Optional
 import torch
 import torch.distributed as dist
 
+from . import netif
+
 LAUNCHERS = ('none', 'pytorch', 'slurm')
+_NETWORK = ''  # how gloo reaches its peers, for the plan line ('' when gloo's default was kept)
+_RESTART = 0  # the group's elastic restart count (the highest of its nodes'), 0 outside torchrun restarts
 
 
 def gpus_present() -> bool:
     """True only when CUDA devices really exist (a set CUDA_VISIBLE_DEVICES is not enough)."""
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a Slurm job without PORT: 20000-29999 by the job id (below Linux's
+    ephemeral ports), so that two jobs sharing a node do not collide."""
+    return 20000 + int(job_id) % 10000
 
 
 def _slurm_env() -> None:
@@ -42,7 +52,11 @@ def _slurm_env() -> None:
     master = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
                             capture_output=True, text=True).stdout.split()[0]
     os.environ.setdefault('MASTER_ADDR', master)
-    os.environ.setdefault('MASTER_PORT', os.environ.get('PORT', '29500'))
+    os.environ.setdefault('MASTER_PORT', os.environ.get('PORT') or str(job_port(os.environ['SLURM_JOB_ID'])))
+    if os.environ['SLURM_PROCID'] == '0':
+        print(f"Slurm job {os.environ['SLURM_JOB_ID']} on {nodes}: master {os.environ['MASTER_ADDR']} "
+              f"(the first host: {master}), port {os.environ['MASTER_PORT']}"
+              f"{'' if os.environ.get('PORT') else ' (from the job id)'}", file=sys.stderr, flush=True)
     os.environ['RANK'] = os.environ['SLURM_PROCID']
     os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
     os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
@@ -66,9 +80,56 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     else:
         backend = 'gloo'
+        _choose_gloo_interface()
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    _agree_on_restart()
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
     return backend
+
+
+def _choose_gloo_interface() -> None:
+    """Make gloo advertise an address its peers can reach: the one on the route to MASTER_ADDR.
+
+    Left to itself, gloo advertises what the host name resolves to, often a loopback address
+    (Debian's /etc/hosts), which a rank on another node cannot connect to. An explicit
+    GLOO_SOCKET_IFNAME wins; with a loopback MASTER_ADDR (one node) gloo's default is kept."""
+    global _NETWORK
+    explicit = os.environ.get('GLOO_SOCKET_IFNAME')
+    if explicit:
+        _NETWORK = f' on GLOO_SOCKET_IFNAME={explicit} (as set)'
+        return
+    try:
+        route = netif.gloo_interface()
+    except OSError as exc:
+        raise RuntimeError(f"MASTER_ADDR={os.environ.get('MASTER_ADDR')} cannot be reached from this "
+                           f"node ({exc}): set MASTER_ADDR to node 0's address, or GLOO_SOCKET_IFNAME "
+                           f"to the interface of the network the nodes share") from exc
+    if route is not None:
+        os.environ['GLOO_SOCKET_IFNAME'] = route.interface
+        _NETWORK = (f' on {route.interface} {route.address} (GLOO_SOCKET_IFNAME chosen: the route to '
+                    f'MASTER_ADDR {route.master})')
+        if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
+            node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
+            print(f'{socket.gethostname()} (node {node}): gloo{_NETWORK}', file=sys.stderr, flush=True)
+
+
+def _agree_on_restart() -> None:
+    """Under torchrun restarts (--max-restarts), learn whether this group is a restarted one.
+
+    Only the agent whose worker failed counts a restart (TORCHELASTIC_RESTART_COUNT); the agents
+    that merely followed it into a new rendezvous keep their count. The highest count of all
+    ranks says it for the whole group, so every rank takes the same decision."""
+    global _RESTART
+    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) <= 0:
+        return
+    counts = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
+    _RESTART = max(counts)
+
+
+def elastic_restart() -> int:
+    """How many times torchrun has restarted this group (0 for a fresh run or without restarts)."""
+    return _RESTART
 
 
 _KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
@@ -222,4 +283,4 @@ def describe_topology(backend: Optional[str]) -> str:
     per_node = int(os.environ.get('LOCAL_WORLD_SIZE') or os.environ.get('SLURM_NTASKS_PER_NODE', '0')
                    .split('(')[0] or processes)
     nodes = int(os.environ.get('SLURM_JOB_NUM_NODES') or max(1, processes // max(per_node, 1)))
-    return f'{nodes} node(s), {processes} processes, backend {backend}'
+    return f'{nodes} node(s), {processes} processes, backend {backend}{_NETWORK}'

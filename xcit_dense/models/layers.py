@@ -16,6 +16,11 @@ from torch import nn
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
 
+def _gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
+    """``act(x)``, in place where autograd does not need ``x`` (no new buffer of x's size)."""
+    return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
+
+
 @MODELS.register_module()
 class ConvPatchEmbed(nn.Module):
     """Tokens from pixels: 3x3 stride-2 convs with a norm each and GELU between them.
@@ -151,7 +156,7 @@ class LPI(nn.Module):
         B, N, C = x.shape
         if x.device.type == 'cpu':  # the tokens seen as a channels_last map: no copy either way
             x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
-            x = self.conv2(self.bn(self.act(self.conv1(x))))
+            x = self.conv2(self.bn(_gelu(self.act, self.conv1(x))))
             return x.permute(0, 2, 3, 1).reshape(B, N, C)
         x = x.transpose(1, 2).reshape(B, C, height, width)
         x = self.conv2(self.bn(self.act(self.conv1(x))))
@@ -169,7 +174,9 @@ class Mlp(nn.Module):
         self.drop = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+        x = self.fc1(x)
+        x = _gelu(self.act, x) if x.device.type == 'cpu' else self.act(x)
+        return self.drop(self.fc2(self.drop(x)))
 
 
 @MODELS.register_module()
@@ -197,7 +204,8 @@ class XCABlock(nn.Module):
         return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))
 
     def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """x + drop_path(gamma * y); on CPU without drop path, one pass over memory (addcmul)."""
+        """x + drop_path(gamma * y); on CPU without drop path, one pass over memory (addcmul), written
+        over the fresh ``y`` when autograd does not need it."""
         if x.device.type == 'cpu' and not (self.training and isinstance(self.drop_path, DropPath)):
-            return torch.addcmul(x, gamma, y)
+            return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
         return x + self.drop_path(gamma * y)

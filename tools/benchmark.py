@@ -26,6 +26,12 @@ XCiT to timm's XCiT plus the plain pyramid at 512 and 1024, timed in turn in one
 (3) what ``with_cp`` saves in training peak memory at 1024 (fresh processes) and costs in step
 time (timed in turn in one process).
 
+``--linearity`` runs only the linearity check (in this process, side by side, ``--repeats``
+rounds): XCiT-S12/16's inference time and peak tensor memory growth between the two
+``--memory-resolutions`` against the pixel ratio, and its speed-up over timm's XCiT plus the same
+pyramid ops; the exit status is 1 when a target is missed. ``--profile-ops`` prints one block's
+time per sub-layer and per ATen operator at each of ``--resolutions``, beside timm's block.
+
 Outputs in ``--out-dir``: benchmark.md (also printed), benchmark.csv, benchmark.png, ratios.json.
 Runs over ``--max-mem-gb`` or ``--timeout``, after ``--budget-s`` or matching ``--skip`` are
 marked skipped. Example (the README has the command of its table)::
@@ -77,6 +83,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--skip', nargs='*', default=[], metavar='MODEL:MODE:RES',
                         help='fnmatch patterns of runs not to attempt, e.g. "vit_s16:train:1600"')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
+    parser.add_argument('--linearity', action='store_true',
+                        help='only the linearity check: XCiT-S12/16 time and memory growth from LOW to HIGH of '
+                             '--memory-resolutions and its speed-up over timm, side by side in this process')
+    parser.add_argument('--profile-ops', action='store_true',
+                        help="only one block's per-sub-layer and per-operator times against --resolutions, "
+                             "this toolkit's beside timm's")
     args = parser.parse_args(argv)
     unknown = [m for m in args.backbones if m not in MODELS]
     if unknown:
@@ -87,8 +99,19 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Parse the command line and run the benchmark it describes."""
-    return run_benchmark(parse_args(argv))
+    """Parse the command line and run the benchmark, the linearity check or the profile it asks for."""
+    args = parse_args(argv)
+    if args.linearity:
+        from xcit_dense.benchmark.linearity import linearity_check, summary, verdicts
+        low, high = args.memory_resolutions
+        result = linearity_check(low=low, high=high, rounds=args.repeats, threads=args.threads)
+        print(summary(result))
+        return 0 if all(verdicts(result).values()) else 1
+    if args.profile_ops:
+        from xcit_dense.benchmark.profile_ops import report
+        print(report(sorted(args.resolutions), rounds=args.repeats, threads=args.threads))
+        return 0
+    return run_benchmark(args)
 
 
 if __name__ == '__main__':

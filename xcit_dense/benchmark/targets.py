@@ -15,6 +15,10 @@ TARGETS: Dict[str, Dict[str, float]] = {
     # (3) with_cp: the fraction of training peak memory saved and the step time added
     'with_cp_memory_cut': {'min': 0.40},
     'with_cp_time_increase': {'max': 0.35},
+    # (4) the linearity check: XCiT's time growth between two resolutions over their pixel ratio,
+    # and timm's XCiT plus the plain pyramid over this toolkit's XCiT at the high resolution
+    'time_growth_over_pixel_ratio': {'max': 1.10},
+    'timm_speedup_high': {'min': 1.20},
 }
 MEMORY_MEASURES = (('peak_mem_mb', 'added'), ('peak_tensor_mb', 'tensors'))
 

@@ -16,6 +16,11 @@ from torch import nn
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
 
+def _gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
+    """``act(x)``, in place where autograd does not need ``x`` (no new buffer of x's size)."""
+    return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
+
+
 @MODELS.register_module()
 class ConvPatchEmbed(nn.Module):
     """Tokens from pixels: 3x3 stride-2 convs with a norm each and GELU between them.
@@ -96,6 +101,12 @@ class XCA(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == 'cpu':
+            return self._forward_folded(x)
+        return self._forward_heads(x)
+
+    def _forward_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """The reference layout: q, k, v as (B, heads, d, N), normalised along the token axis."""
         B, N, C = x.shape
         # (3, B, heads, d, N): attention runs over channels, the tokens are the feature axis
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
@@ -105,6 +116,27 @@ class XCA(nn.Module):
         attn = self.attn_drop(attn.softmax(dim=-1))
         x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
         return self.proj_drop(self.proj(x))
+
+    def _forward_folded(self, x: torch.Tensor) -> torch.Tensor:
+        """The same map on the (B, N, 3C) qkv as laid out, with attn @ v folded into the projection.
+
+        The token-axis L2 norms become column sums and scale the small (d x d) products instead
+        of q and k; the (d x d) maps times the projection weight make one (C x C) matrix per
+        image, so the only products over the tokens are the per-head Gram matrices and the
+        projection: no transposed copy of q, k, v or of the attention output.
+        """
+        B, N, C = x.shape
+        heads, d = self.num_heads, C // self.num_heads
+        qkv = self.qkv(x)
+        q, k, v = qkv.split(C, dim=-1)
+        sums = torch.ones(B, 1, N, dtype=x.dtype, device=x.device) @ qkv[..., :2 * C].square()
+        inv = sums.sqrt().clamp_min(1e-12).reciprocal().view(B, 2, heads, d)
+        q, k = q.unflatten(-1, (heads, d)).permute(0, 2, 3, 1), k.unflatten(-1, (heads, d)).transpose(1, 2)
+        gram = torch.stack([qb @ kb for qb, kb in zip(q, k)])  # one image at a time: strided, no copy
+        attn = gram * (inv[:, 0, :, :, None] * inv[:, 1, :, None, :]) * self.temperature
+        attn = self.attn_drop(attn.softmax(dim=-1))
+        weight = attn.transpose(-2, -1) @ self.proj.weight.t().view(heads, d, C)
+        return self.proj_drop(torch.baddbmm(self.proj.bias, v, weight.reshape(B, C, C)))
 
 
 @MODELS.register_module()
@@ -122,6 +154,10 @@ class LPI(nn.Module):
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
         B, N, C = x.shape
+        if x.device.type == 'cpu':  # the tokens seen as a channels_last map: no copy either way
+            x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
+            x = self.conv2(self.bn(_gelu(self.act, self.conv1(x))))
+            return x.permute(0, 2, 3, 1).reshape(B, N, C)
         x = x.transpose(1, 2).reshape(B, C, height, width)
         x = self.conv2(self.bn(self.act(self.conv1(x))))
         return x.reshape(B, C, N).transpose(1, 2)
@@ -138,7 +174,9 @@ class Mlp(nn.Module):
         self.drop = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+        x = self.fc1(x)
+        x = _gelu(self.act, x) if x.device.type == 'cpu' else self.act(x)
+        return self.drop(self.fc2(self.drop(x)))
 
 
 @MODELS.register_module()
@@ -161,7 +199,13 @@ class XCABlock(nn.Module):
         self.gamma2 = nn.Parameter(eta * torch.ones(embed_dims))
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        x = x + self.drop_path(self.gamma1 * self.attn(self.norm1(x)))
-        x = x + self.drop_path(self.gamma3 * self.local_mp(self.norm3(x), height, width))
-        x = x + self.drop_path(self.gamma2 * self.mlp(self.norm2(x)))
-        return x
+        x = self._residual(x, self.gamma1, self.attn(self.norm1(x)))
+        x = self._residual(x, self.gamma3, self.local_mp(self.norm3(x), height, width))
+        return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))
+
+    def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """x + drop_path(gamma * y); on CPU without drop path, one pass over memory (addcmul), written
+        over the fresh ``y`` when autograd does not need it."""
+        if x.device.type == 'cpu' and not (self.training and isinstance(self.drop_path, DropPath)):
+            return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
+        return x + self.drop_path(gamma * y)

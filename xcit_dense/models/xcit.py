@@ -70,7 +70,9 @@ class XCiT(BaseModule):
         norm_eval: keep BatchNorm layers in eval mode while training.
         with_cp: activation checkpointing per block, trading compute for memory.
         channels_last: run the patch embedding and pyramid convolutions in channels_last
-            memory format; the token maps then become (B, D, Hp, Wp) views of the tokens.
+            memory format; the token maps then become (B, D, Hp, Wp) views of the tokens. On a
+            CPU, inputs and token maps are channels_last in any case (faster convolutions there),
+            so the pyramid's outputs are channels_last; the option also converts the weights.
         compile: ``torch.compile`` the forward; where it cannot compile, one warning is
             logged and the model runs eagerly.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL)`` loads the authors',
@@ -205,7 +207,8 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
-        if self.channels_last:
+        on_cpu = x.device.type == 'cpu'
+        if self.channels_last or on_cpu:  # on CPU the convs run faster so, and the tokens come out contiguous
             x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
         x = x + self.pos_embed(B, Hp, Wp).flatten(2).transpose(1, 2)
@@ -217,7 +220,7 @@ class XCiT(BaseModule):
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:
-                if self.channels_last:  # a channels_last-strided view, no copy
+                if self.channels_last or on_cpu:  # a channels_last-strided view, no copy
                     maps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
                 else:
                     maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))

@@ -248,3 +248,41 @@ def repo_state(root: Path = ROOT) -> Optional[Set[str]]:
         return None
     return {line for line in proc.stdout.splitlines()
             if not any(n in line for n in NOISE)}
+
+
+# multi-node runs (tests/test_scale_out.py, tests/test_slurm_multinode.py)
+SGD = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05, momentum=0.9, weight_decay=0.0))
+
+
+def sgd_config(tmp_path: Path, seg_data: Path, hooks: List[dict] = (), steps: int = 2) -> Path:
+    """The tiny config under plain SGD (its steps follow the gradient, so a wrongly combined batch
+    shows), each rank dumping its weights at the end; a checkpoint after every optimizer step."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return tiny_seg_config(
+        tmp_path, seg_data, optim_wrapper=SGD,
+        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=[dict(type='DumpRankWeightsHook'), *hooks],
+        train_cfg=dict(max_iters=steps, val_interval=100),
+        default_hooks=dict(checkpoint=dict(interval=1), logger=dict(interval=1),
+                           visualization=dict(draw=False)))
+
+
+def env(**extra: object) -> Dict[str, str]:
+    """The launch environment with one thread per process (several processes share 2 cores)."""
+    return launch_env(OMP_NUM_THREADS=1, **extra)
+
+
+def report(log: str) -> None:
+    """Print the plan and throughput lines (pytest -s shows them)."""
+    for line in log.splitlines():
+        if 'Run plan:' in line or 'img_per_s' in line or 'elastic restart' in line:
+            print(line.split(' - ', 1)[-1][:400])
+
+
+def rank_weights(work_dir: Path, world: int) -> List[Dict[str, torch.Tensor]]:
+    """Every rank's dumped weights, asserted equal across ranks."""
+    weights = [torch.load(work_dir / f'rank{r}.pth', weights_only=True) for r in range(world)]
+    for r in range(1, world):
+        for key in weights[0]:
+            assert torch.equal(weights[0][key], weights[r][key]), f'rank {r} differs from rank 0 at {key}'
+    return weights

@@ -2,7 +2,7 @@
 from mmengine.config import Config
 from PIL import Image
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.datasets.browse import CELL, browse_training_samples
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.datasets.check import check_dataset
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 

@@ -9,7 +9,7 @@ import pytest
 import timm.models.xcit as timm_xcit
 import torch
 
-from conftest import randomize_
+from helpers import randomize_
 from xcit_dense.models.layers import LPI, XCA, XCABlock
 from xcit_dense.models.xcit import XCiT
 

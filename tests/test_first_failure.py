@@ -5,8 +5,7 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, tiny_seg_config
-from test_launch import free_port
+from helpers import ROOT, free_port, tiny_seg_config
 
 
 def launch(*args, cwd) -> subprocess.CompletedProcess:

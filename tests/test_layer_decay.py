@@ -9,7 +9,7 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from torch import nn
 
-from conftest import ROOT, tiny_seg_config
+from helpers import ROOT, tiny_seg_config
 
 EXAMPLE = ROOT / 'configs/examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py'
 

@@ -6,7 +6,7 @@ import socket
 import pytest
 import torch.distributed as dist
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.engine import netif
 from xcit_dense.engine.dist import job_port
 

@@ -12,12 +12,10 @@ import pytest
 import torch
 
 import netns
-from conftest import ROOT, tiny_seg_config
-from test_launch import launch_env, read_log
+from helpers import ROOT, env, rank_weights, read_log, report, sgd_config
 
 pytestmark = pytest.mark.cluster
 
-SGD = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05, momentum=0.9, weight_decay=0.0))
 RTOL = 1e-5
 
 
@@ -39,21 +37,6 @@ def two_hosts(hosts_possible) -> Iterator[netns.Network]:
     assert not netns.namespaces_left(net)
 
 
-def sgd_config(tmp_path: Path, seg_data: Path, hooks: List[dict] = (), steps: int = 2) -> Path:
-    """The tiny config under plain SGD (its steps follow the gradient, so a wrongly combined batch
-    shows), each rank dumping its weights at the end; a checkpoint after every optimizer step."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    return tiny_seg_config(
-        tmp_path, seg_data, optim_wrapper=SGD,
-        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
-        custom_hooks=[dict(type='DumpRankWeightsHook'), *hooks],
-        train_cfg=dict(max_iters=steps, val_interval=100),
-        default_hooks=dict(checkpoint=dict(interval=1), logger=dict(interval=1),
-                           visualization=dict(draw=False)))
-
-
-def env(**extra: object) -> Dict[str, str]:
-    return launch_env(OMP_NUM_THREADS=1, **extra)
 
 
 @pytest.fixture(scope='module')
@@ -107,19 +90,6 @@ def all_succeeded(outputs: List[str]) -> None:
     assert all(out.startswith('exit 0\n') for out in outputs), '\n'.join(o[-3000:] for o in outputs)
 
 
-def report(log: str) -> None:
-    """Print the plan and throughput lines (pytest -s shows them)."""
-    for line in log.splitlines():
-        if 'Run plan:' in line or 'img_per_s' in line or 'elastic restart' in line:
-            print(line.split(' - ', 1)[-1][:400])
-
-
-def rank_weights(work_dir: Path, world: int) -> List[Dict[str, torch.Tensor]]:
-    weights = [torch.load(work_dir / f'rank{r}.pth', weights_only=True) for r in range(world)]
-    for r in range(1, world):
-        for key in weights[0]:
-            assert torch.equal(weights[0][key], weights[r][key]), f'rank {r} differs from rank 0 at {key}'
-    return weights
 
 
 def assert_matches(weights: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor]) -> None:

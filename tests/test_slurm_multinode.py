@@ -9,9 +9,7 @@ import pytest
 import netns
 import slurm_cluster
 import slurm_netns
-from conftest import ROOT
-from test_launch import read_log
-from test_scale_out import env, rank_weights, report, sgd_config
+from helpers import ROOT, env, rank_weights, read_log, report, sgd_config
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,7 @@ import mmdet
 import mmseg
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))

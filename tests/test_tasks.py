@@ -10,7 +10,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import ROOT, tiny_seg_config
+from helpers import ROOT, tiny_seg_config
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
 from xcit_dense.checkpoint import allow_mmengine_checkpoints
 from xcit_dense.inference import build_inferencer, predict_image

@@ -6,7 +6,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import ROOT, tiny_seg_config
+from helpers import ROOT, tiny_seg_config
 
 
 def test_tensorboard_scalars_equal_the_logged_values(tmp_path, seg_data):

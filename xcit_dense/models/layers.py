@@ -16,6 +16,12 @@ from torch import nn
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
 
+def eager_cpu(x: torch.Tensor) -> bool:
+    """True where the CPU layouts below apply: eager CPU runs. Traced, exported or compiled graphs
+    (FLOPs counting, ONNX, ``torch.compile``) see the reference layout, the model as defined."""
+    return x.device.type == 'cpu' and not torch.jit.is_tracing() and not torch.compiler.is_compiling()
+
+
 def _gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
     """``act(x)``, in place where autograd does not need ``x`` (no new buffer of x's size)."""
     return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
@@ -101,7 +107,7 @@ class XCA(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == 'cpu':
+        if eager_cpu(x):
             return self._forward_folded(x)
         return self._forward_heads(x)
 
@@ -154,7 +160,7 @@ class LPI(nn.Module):
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
         B, N, C = x.shape
-        if x.device.type == 'cpu':  # the tokens seen as a channels_last map: no copy either way
+        if eager_cpu(x):  # the tokens seen as a channels_last map: no copy either way
             x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
             x = self.conv2(self.bn(_gelu(self.act, self.conv1(x))))
             return x.permute(0, 2, 3, 1).reshape(B, N, C)
@@ -175,7 +181,7 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc1(x)
-        x = _gelu(self.act, x) if x.device.type == 'cpu' else self.act(x)
+        x = _gelu(self.act, x) if eager_cpu(x) else self.act(x)
         return self.drop(self.fc2(self.drop(x)))
 
 
@@ -206,6 +212,6 @@ class XCABlock(nn.Module):
     def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x + drop_path(gamma * y); on CPU without drop path, one pass over memory (addcmul), written
         over the fresh ``y`` when autograd does not need it."""
-        if x.device.type == 'cpu' and not (self.training and isinstance(self.drop_path, DropPath)):
+        if eager_cpu(x) and not (self.training and isinstance(self.drop_path, DropPath)):
             return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
         return x + self.drop_path(gamma * y)

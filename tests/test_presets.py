@@ -66,9 +66,10 @@ def disagreements(path: Path) -> List[str]:
 
 
 def test_every_config_is_checked():
-    """The recipes (24), the two demos and the custom dataset example."""
+    """The recipes (24), the two demos, the custom dataset example and the layer-decay example."""
     names = {p.relative_to(ROOT / 'configs').as_posix() for p in CONFIGS}
-    assert len(names) == 27 and 'custom_dataset_example.py' in names
+    assert len(names) == 28 and 'custom_dataset_example.py' in names
+    assert 'examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py' in names
     assert {'demo/mask_rcnn_xcit_tiny_12_p16_demo.py', 'demo/upernet_xcit_tiny_12_p16_demo.py'} <= names
 
 

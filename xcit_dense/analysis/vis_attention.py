@@ -12,7 +12,7 @@ from .attention_plots import load_image, output_prefix, save_arrays, save_class_
 def load_model(config: str, checkpoint: str) -> Tuple[nn.Module, bool]:
     """(model, is_classifier): timm's classifier for a checkpoint with class-attention layers
     (``config`` is then unused), else the config's backbone with the checkpoint's weights."""
-    from ..engine.checkpoints import allow_mmengine_checkpoints
+    from ..checkpoint import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()  # training checkpoints carry MMEngine's log buffers
     ckpt = read_checkpoint(checkpoint)
     state = ckpt.get('model', ckpt.get('state_dict', ckpt))

@@ -218,6 +218,7 @@ MACHINE_HAS: Dict[str, Callable[[], bool]] = {
     'slurm': lambda: os.geteuid() == 0 and shutil.which('apt-get') is not None,
     'tmpfs': lambda: _has_cap(21),  # CAP_SYS_ADMIN: mount
     'chattr': _can_chattr,
+    'netns': lambda: os.geteuid() == 0,  # network namespaces for test hosts (tests/netns.py)
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import netns
-from helpers import ROOT, env, rank_weights, read_log, report, sgd_config
+from helpers import ROOT, env, rank_weights, read_log, report, require_capability, sgd_config
 
 pytestmark = pytest.mark.cluster
 
@@ -22,11 +22,7 @@ RTOL = 1e-5
 @pytest.fixture(scope='module')
 def hosts_possible() -> None:
     reason = netns.missing_reason()
-    if reason:
-        if os.environ.get('CI') == 'true' and os.geteuid() == 0:
-            pytest.fail(f'CI=true as root, yet: {reason}')
-        print(f'\nSKIPPING the network-namespace tests: {reason}')
-        pytest.skip(reason)
+    require_capability('netns', not reason, reason)
 
 
 @pytest.fixture

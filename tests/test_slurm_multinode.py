@@ -9,19 +9,15 @@ import pytest
 import netns
 import slurm_cluster
 import slurm_netns
-from helpers import ROOT, env, rank_weights, read_log, report, sgd_config
+from helpers import ROOT, env, rank_weights, read_log, report, require_capability, sgd_config
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope='module')
 def two_node_slurm() -> Iterator[slurm_netns.NamespacedSlurmCluster]:
-    reason = slurm_cluster.missing_reason() or netns.missing_reason()
-    if reason:
-        if slurm_cluster.should_have_slurm():
-            pytest.fail(f'CI=true on a root machine with apt-get, yet: {reason}')
-        print(f'\nSKIPPING the multi-node Slurm tests: {reason}')
-        pytest.skip(reason)
+    require_capability('slurm', not slurm_cluster.missing_reason(), slurm_cluster.missing_reason())
+    require_capability('netns', not netns.missing_reason(), netns.missing_reason())
     with netns.private_hosts(3) as net:
         cluster = slurm_netns.NamespacedSlurmCluster(net)
         try:

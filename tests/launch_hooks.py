@@ -107,8 +107,29 @@ class KillOnFirstAttemptHook(Hook):
         self.rank, self.after_iter = rank, after_iter
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        from xcit_dense.engine.dist import elastic_restart
-        if runner.rank == self.rank and runner.iter + 1 == self.after_iter and elastic_restart() == 0:
+        from xcit_dense.engine.dist import restart
+        if runner.rank == self.rank and runner.iter + 1 == self.after_iter and restart()[0] == 0:
             with open(os.path.join(runner.work_dir, f'killed_rank{self.rank}'), 'w') as f:
                 f.write(f'{os.getpid()} {time.time()}')
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+@HOOKS.register_module()
+class HangOnFirstAttemptHook(Hook):
+    """Rank ``rank`` stops making progress after iteration ``after_iter`` (and its checkpoint), on
+    the job's first attempt only, first writing ``hung_rank{rank}`` (its pid): its node can then be
+    taken down while the other ranks wait in a collective, as they do when a host vanishes. That
+    file marks later attempts (not the code under test, which may fail to see a restart)."""
+
+    priority = 'LOWEST'  # after the checkpoint hook
+
+    def __init__(self, rank: int = 1, after_iter: int = 1) -> None:
+        self.rank, self.after_iter = rank, after_iter
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        marker = os.path.join(runner.work_dir, f'hung_rank{self.rank}')
+        if runner.rank == self.rank and runner.iter + 1 == self.after_iter and not os.path.exists(marker):
+            with open(marker, 'w') as f:
+                f.write(str(os.getpid()))
+            while True:
+                signal.pause()

@@ -44,6 +44,7 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'GPUS': '-1'}, "GPUS must be a positive integer"),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'GPUS': '6', 'GPUS_PER_NODE': '4'},
      'GPUS=6 is not a multiple of GPUS_PER_NODE=4'),
+    ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': 'yes'}, "REQUEUE must be 0 or 1, got 'yes'"),
 ])
 def test_bad_launch_input(tmp_path, seg_data, script, args, env, message):
     config = tiny_seg_config(tmp_path, seg_data)

@@ -15,7 +15,7 @@ from xcit_dense.engine import (apply_batch_plan, check_mmcv_cuda_arch, process_g
                                world_size)
 from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
                                    find_resumable_checkpoint)
-from xcit_dense.engine.dist import describe_topology, elastic_restart, exit_once_per_node
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node, restart
 from xcit_dense.engine.hooks import NonFiniteLossError
 from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, configure_amp,
                                           configure_training_hooks, seed_from_checkpoint,
@@ -87,9 +87,9 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
 
     resume_from = None
-    restarted = elastic_restart()
+    restarted, restarted_by = restart()
     try:
-        if restarted:  # torchrun restarted the group after a failure: continue from the newest checkpoint
+        if restarted:  # torchrun or Slurm started the group again after a failure: continue where it was
             newest = find_resumable_checkpoint(cfg.work_dir) if os.path.isdir(cfg.work_dir) else None
             args.resume = newest or args.resume or 'auto'
         if args.resume == 'auto':
@@ -106,7 +106,8 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         sys.exit(f'error: cannot resume: {exc}')
     runner.logger.info(f'Run plan: {describe_topology(backend)}; {plan.describe()}')
     if restarted:
-        runner.logger.info(f'elastic restart {restarted} of the group (torchrun --max-restarts): resuming '
+        how = 'torchrun --max-restarts' if restarted_by == 'elastic restart' else 'SLURM_RESTART_COUNT'
+        runner.logger.info(f'{restarted_by} {restarted} of the group ({how}): resuming '
                            f'from {resume_from or "the beginning (no complete checkpoint yet)"}')
     if args.resume and not resume_from:
         runner.logger.info(f'--resume: no checkpoint in {cfg.work_dir} yet, starting from the beginning')

@@ -23,7 +23,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, NoReturn, Optional
+from typing import Iterator, List, NoReturn, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -32,7 +32,7 @@ from . import netif
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 _NETWORK = ''  # how gloo reaches its peers, for the plan line ('' when gloo's default was kept)
-_RESTART = 0  # the group's elastic restart count (the highest of its nodes'), 0 outside torchrun restarts
+_RESTART: Tuple[int, str] = (0, '')  # how often, and by what, this group was restarted (see restart())
 
 
 def gpus_present() -> bool:
@@ -114,21 +114,26 @@ def _choose_gloo_interface() -> None:
 
 
 def _agree_on_restart() -> None:
-    """Under torchrun restarts (--max-restarts), learn whether this group is a restarted one.
+    """Learn whether this group is a restarted one: torchrun restarted it (--max-restarts), or
+    Slurm requeued its job after a node failed (SLURM_RESTART_COUNT, the same on every task).
 
-    Only the agent whose worker failed counts a restart (TORCHELASTIC_RESTART_COUNT); the agents
-    that merely followed it into a new rendezvous keep their count. The highest count of all
-    ranks says it for the whole group, so every rank takes the same decision."""
+    Under torchrun only the agent whose worker failed counts a restart (TORCHELASTIC_RESTART_COUNT);
+    the agents that merely followed it into a new rendezvous keep their count. The highest count of
+    all ranks says it for the whole group, so every rank takes the same decision."""
     global _RESTART
-    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) <= 0:
-        return
-    counts = [None] * dist.get_world_size()
-    dist.all_gather_object(counts, int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
-    _RESTART = max(counts)
+    requeues = int(os.environ.get('SLURM_RESTART_COUNT') or 0)
+    if requeues:
+        _RESTART = (requeues, 'Slurm requeue')
+    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) > 0:
+        counts = [None] * dist.get_world_size()
+        dist.all_gather_object(counts, int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
+        if max(counts):
+            _RESTART = (max(counts), 'elastic restart')
 
 
-def elastic_restart() -> int:
-    """How many times torchrun has restarted this group (0 for a fresh run or without restarts)."""
+def restart() -> Tuple[int, str]:
+    """How many times this group was started again after a failure (0 for a fresh run), and by
+    what: 'elastic restart' (torchrun --max-restarts) or 'Slurm requeue' (sbatch --requeue)."""
     return _RESTART
 
 

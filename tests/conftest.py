@@ -1,15 +1,18 @@
 """Shared fixtures (tiny XCiT models, a segmentation set) and session guards: the repository gains
 no files, downloads go under the temp dir, and missing capabilities are listed at the end."""
 import os
+import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator
 
 import pytest
 import torch
 
 import xcit_dense  # noqa: F401  (registers XCiT)
-from helpers import CAPABILITY_MISSING, ROOT, repo_state
+from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config
 
 torch.set_num_threads(2)
 
@@ -71,3 +74,18 @@ def seg_data(tmp_path_factory) -> Path:
     write_segmentation_set(root, 'training', 8, size=(64, 64), seed=0)
     write_segmentation_set(root, 'validation', 4, size=(64, 64), seed=1)
     return root
+
+
+@pytest.fixture(scope='session')
+def one_process_reference(tmp_path_factory, seg_data) -> Dict[str, torch.Tensor]:
+    """The weights of tests/helpers.sgd_config trained by one process, 2 images x accumulation 4:
+    the effective batch 8 of the multi-node runs (4 processes), 2 optimizer steps."""
+    tmp = tmp_path_factory.mktemp('reference')
+    config = sgd_config(tmp, seg_data)
+    proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(tmp / 'run'),
+                           '--accumulation', '4'], env=env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert 'world size 1, 2 images per GPU, accumulation 4, effective batch 8' in log
+    assert re.search(r'Iter\(train\) \[8/8\]', log)
+    return torch.load(tmp / 'run' / 'rank0.pth', weights_only=True)

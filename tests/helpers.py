@@ -276,7 +276,7 @@ def env(**extra: object) -> Dict[str, str]:
 def report(log: str) -> None:
     """Print the plan and throughput lines (pytest -s shows them)."""
     for line in log.splitlines():
-        if 'Run plan:' in line or 'img_per_s' in line or 'elastic restart' in line:
+        if any(mark in line for mark in ('Run plan:', 'img_per_s', 'elastic restart', 'Slurm requeue')):
             print(line.split(' - ', 1)[-1][:400])
 
 
@@ -287,3 +287,11 @@ def rank_weights(work_dir: Path, world: int) -> List[Dict[str, torch.Tensor]]:
         for key in weights[0]:
             assert torch.equal(weights[0][key], weights[r][key]), f'rank {r} differs from rank 0 at {key}'
     return weights
+
+
+def assert_matches(weights: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor],
+                   rtol: float = 1e-5) -> None:
+    """The same parameters as ``reference``, each equal to ``rtol`` (the multi-node runs' bar)."""
+    assert weights.keys() == reference.keys()
+    for key, value in reference.items():
+        torch.testing.assert_close(weights[key], value, rtol=rtol, atol=1e-7, msg=key)

@@ -80,6 +80,16 @@ class Network:
                     f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"', 'sh']
         return cmd + [str(a) for a in args]
 
+    def power_off(self, host: Host) -> None:
+        """Take ``host`` down as a power cut does: its cable first (no FIN or RST reaches a peer, which
+        waits as it would for a vanished machine), then every process on it, killed."""
+        _ip('-n', host.ns, 'link', 'set', host.interface, 'down')
+        _kill_all([host.ns])
+
+    def host_pids(self, host: Host) -> List[int]:
+        """Processes on ``host`` (inside its network namespace)."""
+        return [int(p) for p in _ip('netns', 'pids', host.ns).split()]
+
     def pids(self) -> List[int]:
         """Processes inside this network's namespaces."""
         found = []
@@ -91,8 +101,8 @@ class Network:
         return found
 
 
-def _close(namespaces: List[str], root: Path) -> None:
-    """Kill the processes left in the namespaces (by pid), delete the namespaces and the directory."""
+def _kill_all(namespaces: List[str]) -> None:
+    """SIGKILL every process inside the namespaces (by pid; again for any a dying one started)."""
     for _ in range(3):
         pids = []
         for ns in namespaces:
@@ -106,6 +116,11 @@ def _close(namespaces: List[str], root: Path) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.5)
+
+
+def _close(namespaces: List[str], root: Path) -> None:
+    """Kill the processes left in the namespaces, delete the namespaces and the directory."""
+    _kill_all(namespaces)
     for ns in namespaces:
         subprocess.run(['ip', 'netns', 'del', ns], capture_output=True)
     shutil.rmtree(root, ignore_errors=True)

@@ -22,7 +22,7 @@ SLURM_CONF = """ClusterName=xcitnet
 SlurmctldHost={hostname}({ctl.address})
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket={root}/munge.socket
+AuthInfo=socket={root}/munge.socket,cred_expire={cred_expire}
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool-%n
@@ -50,11 +50,12 @@ GRES_CONF = 'NodeName={names} Name=gpu File=/dev/null\nNodeName={names} Name=gpu
 class NamespacedSlurmCluster(slurm_cluster.PrivateSlurmCluster):
     """slurmctld on ``net.hosts[0]``, one slurmd on each other host of ``net``."""
 
-    def __init__(self, net: netns.Network, slurmd_timeout: int = 300) -> None:
+    def __init__(self, net: netns.Network, slurmd_timeout: int = 300, cred_expire: int = 120) -> None:
         super().__init__()
         self.net = net
         self.ctl, self.nodes = net.hosts[0], net.hosts[1:]
         self.slurmd_timeout = slurmd_timeout
+        self.cred_expire = cred_expire  # also how long a requeued job waits before it may start again
 
     def command(self, host: netns.Host, *args: str) -> List[str]:
         return self.net.command(host, args, hosts_file=True)
@@ -73,7 +74,8 @@ class NamespacedSlurmCluster(slurm_cluster.PrivateSlurmCluster):
         (self.root / 'plugstack.conf').write_text('')
         names = ','.join(h.name for h in self.nodes)
         self.conf.write_text(SLURM_CONF.format(
-            ctl=self.ctl, hostname=self.host, root=self.root, slurmd_timeout=self.slurmd_timeout, names=names,
+            ctl=self.ctl, hostname=self.host, root=self.root, slurmd_timeout=self.slurmd_timeout, cred_expire=self.cred_expire,
+            names=names,
             nodes='\n'.join(NODE.format(h=h, cpus=os.cpu_count()) for h in self.nodes)))
         (self.root / 'gres.conf').write_text(GRES_CONF.format(names=names))
         munge = [f'--socket={self.root}/munge.socket', f'--key-file={self.root}/munge.key',

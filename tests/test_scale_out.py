@@ -4,20 +4,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 import torch
 
 import netns
-from helpers import ROOT, env, rank_weights, read_log, report, require_capability, sgd_config
+from helpers import ROOT, assert_matches, env, rank_weights, read_log, report, require_capability, sgd_config
 
 pytestmark = pytest.mark.cluster
-
-RTOL = 1e-5
-
 
 @pytest.fixture(scope='module')
 def hosts_possible() -> None:
@@ -31,23 +27,6 @@ def two_hosts(hosts_possible) -> Iterator[netns.Network]:
     with netns.private_hosts(2) as net:
         yield net
     assert not netns.namespaces_left(net)
-
-
-
-
-@pytest.fixture(scope='module')
-def one_process_reference(tmp_path_factory, seg_data) -> Dict[str, torch.Tensor]:
-    """One process, 2 images x accumulation 4 = the effective batch 8 of the multi-node runs,
-    2 optimizer steps (8 micro-iterations)."""
-    tmp = tmp_path_factory.mktemp('reference')
-    config = sgd_config(tmp, seg_data)
-    proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(tmp / 'run'),
-                           '--accumulation', '4'], env=env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    log = proc.stdout + proc.stderr
-    assert 'world size 1, 2 images per GPU, accumulation 4, effective batch 8' in log
-    assert re.search(r'Iter\(train\) \[8/8\]', log)
-    return torch.load(tmp / 'run' / 'rank0.pth', weights_only=True)
 
 
 def start_nodes(net: netns.Network, config: Path, work_dir: Path, per_node: int, master: str,
@@ -84,14 +63,6 @@ def finish(net: netns.Network, procs: List[subprocess.Popen], timeout: float = 6
 
 def all_succeeded(outputs: List[str]) -> None:
     assert all(out.startswith('exit 0\n') for out in outputs), '\n'.join(o[-3000:] for o in outputs)
-
-
-
-
-def assert_matches(weights: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor]) -> None:
-    assert weights.keys() == reference.keys()
-    for key, value in reference.items():
-        torch.testing.assert_close(weights[key], value, rtol=RTOL, atol=1e-7, msg=key)
 
 
 def test_two_hosts_world_four_matches_one_process(two_hosts, tmp_path, seg_data, one_process_reference):

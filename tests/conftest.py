@@ -2,6 +2,7 @@
 no files, downloads go under the temp dir, and missing capabilities are listed at the end."""
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -40,6 +41,14 @@ def repository_stays_clean() -> Iterator[None]:
     after = repo_state()
     if before is not None and after is not None and after - before:
         pytest.fail(f'the tests left files in the repository {ROOT}: {sorted(after - before)}')
+
+
+def pytest_configure(config) -> None:
+    """A SIGTERM (a CI time limit, `timeout`) stops the run like Ctrl-C, so that the fixtures' clean-up
+    still runs: clusters, namespaces and launched runs are stopped rather than left behind."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f'signal {signum}')
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -29,4 +29,6 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):
                          'rgba.png': (50, 70), 'deep.png': (50, 70)}.items():
         assert (results[name]['height'], results[name]['width']) == (h, w), name
         assert (tmp_path / 'out' / (name.rsplit('.', 1)[0] + '.png')).exists(), name
+    assert Image.open(tmp_path / 'out/gray.png').size == (538, 384)  # 50 x 70 enlarged to --min-size 384
+    assert Image.open(tmp_path / 'out/thin.png').size == (2048, 17)  # not past --max-size: 17 x 2000 stays small
     assert 'error' in results['notes.txt'] and proc.returncode == 1

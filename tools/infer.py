@@ -38,6 +38,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--limit', type=int, help='process at most this many images')
     parser.add_argument('--min-size', type=int, default=384,
                         help='pictures of smaller images are enlarged to this short side')
+    parser.add_argument('--max-size', type=int, default=2048,
+                        help='... but never beyond this long side (a 17x2000 strip stays a strip)')
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
     return parser.parse_args()
@@ -63,9 +65,10 @@ def read_image(path: str) -> np.ndarray:
     return image
 
 
-def enlarge(image: np.ndarray, sample, task: Task, min_size: int):
-    """The image and predictions scaled up so that the short side is ``min_size`` (for drawing)."""
-    scale = min_size / min(image.shape[:2])
+def enlarge(image: np.ndarray, sample, task: Task, min_size: int, max_size: int):
+    """The image and predictions scaled up (for drawing) so that the short side is ``min_size``, or
+    less where the long side would pass ``max_size``."""
+    scale = min(min_size / min(image.shape[:2]), max_size / max(image.shape[:2]))
     if scale <= 1:
         return image, sample
     size = (round(image.shape[0] * scale), round(image.shape[1] * scale))
@@ -132,7 +135,7 @@ def main() -> None:
         picture = str(out_dir / (f'{stem}.png' if f'{stem}.png' not in used else f'{stem}_{len(used)}.png'))
         try:
             sample = predict_image(inferencer, image)
-            shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, task, args.min_size)
+            shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, task, args.min_size, args.max_size)
             visualizer.add_datasample('pred', shown, drawn, draw_gt=False, out_file=picture, **draw_options)
         except (RuntimeError, ValueError, MemoryError) as exc:  # e.g. out of memory for a huge image
             message = (f'{path}: inference failed for this {image.shape[1]}x{image.shape[0]} image: '

@@ -9,6 +9,7 @@ import argparse
 import os
 
 import timm
+import torch
 
 from xcit_dense.builder import build_model
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
@@ -47,10 +48,11 @@ def main() -> None:
     print('|---|---|---|---|---|---|---|---|---|')
     for arch in args.arch:
         for patch in args.patch_size:
-            model = XCiT(arch=arch, patch_size=patch)
+            with torch.device('meta'):  # shapes only: no memory, no weight initialisation
+                model = XCiT(arch=arch, patch_size=patch)
+                classifier = millions(timm.create_model(f'xcit_{arch}_p{patch}_224', pretrained=False))
             pyramid = sum(millions(getattr(model, f'fpn{i}')) for i in range(1, 5))
             preset = PRESETS[arch]
-            classifier = millions(timm.create_model(f'xcit_{arch}_p{patch}_224', pretrained=False))
             print(f'| {arch} | {patch} | {preset.embed_dims} | {preset.depth} | {preset.num_heads} '
                   f'| {preset.eta:g} | {millions(model):.2f} '
                   f'| {pyramid:.2f} | {classifier:.2f} |')

@@ -2,6 +2,7 @@
 or read-only disk. Nothing that was saved before may be lost."""
 import pickle
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -14,14 +15,26 @@ from helpers import (ROOT, PickleExploit, hooked_config, launch_env, require_cap
 from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
 
 
-@pytest.fixture
-def trained(tmp_path, seg_data):
-    """A work dir with checkpoints at iterations 2 and 4 (of 6 planned) and the config."""
-    config = hooked_config(tmp_path, seg_data, max_iters=4, interval=2)
-    proc = run(train_cmd(config, tmp_path / 'run'))
+@pytest.fixture(scope='module')
+def trained_once(tmp_path_factory, seg_data):
+    """One training with checkpoints at iterations 2 and 4 (of 6 planned), and that config."""
+    tmp = tmp_path_factory.mktemp('trained')
+    config = hooked_config(tmp, seg_data, max_iters=4, interval=2)
+    proc = run(train_cmd(config, tmp / 'run'))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    longer = hooked_config(tmp_path, seg_data, max_iters=6, interval=2)
-    return longer, tmp_path / 'run'
+    return hooked_config(tmp, seg_data, max_iters=6, interval=2), tmp / 'run'
+
+
+@pytest.fixture
+def trained(tmp_path, trained_once):
+    """A copy of that work dir for one test to damage (``last_checkpoint`` pointing into the copy)."""
+    config, source = trained_once
+    work_dir = tmp_path / 'run'
+    shutil.copytree(source, work_dir)
+    pointer = work_dir / 'last_checkpoint'
+    pointer.write_text(pointer.read_text().replace(str(source), str(work_dir)))
+    assert pointer.read_text().startswith(str(work_dir))
+    return config, work_dir
 
 
 @pytest.mark.parametrize('cut', ['zero', 'random'])

@@ -31,17 +31,18 @@ class SlowIterHook(Hook):
 
 @HOOKS.register_module()
 class SlowFsyncHook(Hook):
-    """Make every fsync (the last step of writing a checkpoint before its rename) take a while,
-    so that a test can kill the run while it saves."""
+    """Make every fsync (the last step of writing a checkpoint before its rename) take a while once
+    ``from_iter`` iterations are done, so that a test can kill the run while it saves."""
 
-    def __init__(self, seconds: float = 3.0) -> None:
-        self.seconds = seconds
+    def __init__(self, seconds: float = 3.0, from_iter: int = 0) -> None:
+        self.seconds, self.from_iter = seconds, from_iter
 
     def before_train(self, runner) -> None:
         fsync = os.fsync
 
         def slow_fsync(fd):
-            time.sleep(self.seconds)
+            if runner.iter >= self.from_iter:
+                time.sleep(self.seconds)
             fsync(fd)
         os.fsync = slow_fsync
 

@@ -74,8 +74,8 @@ class NamespacedSlurmCluster(slurm_cluster.PrivateSlurmCluster):
         (self.root / 'plugstack.conf').write_text('')
         names = ','.join(h.name for h in self.nodes)
         self.conf.write_text(SLURM_CONF.format(
-            ctl=self.ctl, hostname=self.host, root=self.root, slurmd_timeout=self.slurmd_timeout, cred_expire=self.cred_expire,
-            names=names,
+            ctl=self.ctl, hostname=self.host, root=self.root, slurmd_timeout=self.slurmd_timeout,
+            cred_expire=self.cred_expire, names=names,
             nodes='\n'.join(NODE.format(h=h, cpus=os.cpu_count()) for h in self.nodes)))
         (self.root / 'gres.conf').write_text(GRES_CONF.format(names=names))
         munge = [f'--socket={self.root}/munge.socket', f'--key-file={self.root}/munge.key',

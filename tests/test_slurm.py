@@ -70,9 +70,9 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
     work_dir, out = tmp_path / 'run', tmp_path / 'job.out'
     env = slurm_env(slurm)
     script = tmp_path / 'job.sh'
-    script.write_text(
+    script.write_text(  # no --resume: the requeued job resumes by itself
         '#!/bin/bash\n'
-        f'bash {ROOT}/tools/slurm_train.sh debug xcit-preempt {config} {work_dir} --resume\n')
+        f'bash {ROOT}/tools/slurm_train.sh debug xcit-preempt {config} {work_dir}\n')
     job = subprocess.run(['sbatch', '--parsable', '--requeue', '--open-mode=append', '-o', str(out),
                           '-p', 'debug', '-n', '2', '--ntasks-per-node=2', '--cpus-per-task=1',
                           '--gres=gpu:2', str(script)], env=env, capture_output=True, text=True,
@@ -98,6 +98,7 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
     assert f'requeueing Slurm job {job}' in text
     saved = int(re.search(r'saving a checkpoint at iteration (\d+)', text).group(1))
     assert f'resumed epoch: 0, iter: {saved}' in text
+    assert re.search(rf'Slurm requeue 1 of the group \(SLURM_RESTART_COUNT\): resuming from \S*iter_{saved}\.pth', text)
     assert re.search(r'Iter\(train\) \[12/12\]', text)
     assert (work_dir / 'iter_12.pth').exists()
 

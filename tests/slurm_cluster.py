@@ -14,8 +14,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 from helpers import free_ports
 
@@ -153,17 +154,20 @@ class PrivateSlurmCluster:
                 time.sleep(1)
         return jobs
 
+    def daemons(self) -> List[str]:
+        """The names of this cluster's daemons (their pid files' stems), in stop order."""
+        return list(DAEMONS)
+
     def daemon_pids(self) -> Dict[str, int]:
         """The live daemons of this cluster by name (read from their pid files and checked)."""
-        marks = {'munged': str(self.root / 'munge.socket'), 'slurmctld': str(self.conf),
-                 'slurmd': str(self.conf)}
         pids = {}
-        for daemon in DAEMONS:
+        for daemon in self.daemons():
             try:
                 pid = int(self.pid_file(daemon).read_text().split()[0])
             except (FileNotFoundError, IndexError, ValueError):
                 continue
-            if _alive(pid) and marks[daemon] in _cmdline(pid):  # never signal a reused pid
+            mark = str(self.root / 'munge.socket') if daemon == 'munged' else str(self.conf)
+            if _alive(pid) and mark in _cmdline(pid):  # never signal a reused pid
                 pids[daemon] = pid
         return pids
 
@@ -178,7 +182,7 @@ class PrivateSlurmCluster:
         return found
 
     def stop(self, timeout: float = 30) -> List[str]:
-        """Stop this cluster's daemons (TERM, then KILL), remove its directory; returns leftovers."""
+        """Stop this cluster's daemons in order (TERM, then KILL), remove its directory; returns leftovers."""
         for daemon, pid in self.daemon_pids().items():
             os.kill(pid, signal.SIGTERM)
             deadline = time.time() + timeout
@@ -191,3 +195,16 @@ class PrivateSlurmCluster:
         if not left:
             shutil.rmtree(self.root, ignore_errors=True)
         return left
+
+
+@contextmanager
+def running(cluster: PrivateSlurmCluster) -> Iterator[PrivateSlurmCluster]:
+    """``cluster`` started; afterwards (also when a test fails) its jobs are scancelled and its daemons
+    stopped, and the block fails if any of its processes outlived it."""
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.cancel_jobs()
+        leftovers = cluster.stop()
+    assert not leftovers, f'processes of the private cluster outlived it: {leftovers}'

@@ -10,7 +10,6 @@ configuration (SLURM_CONF) in a temporary directory; the daemons use Slurm's def
 inside the namespaces collide with nothing of this machine.
 """
 import os
-import signal
 import subprocess
 import time
 from typing import Dict, List
@@ -111,39 +110,6 @@ class NamespacedSlurmCluster(slurm_cluster.PrivateSlurmCluster):
             tails.append(f'--- {path.name}\n' + '\n'.join(path.read_text().splitlines()[-15:]))
         return '\n'.join(tails)
 
-    def pid_files(self) -> Dict[str, str]:
-        """Daemon label -> pid file (and the text its command line must contain)."""
-        files = {'slurmctld': 'slurmctld', 'munged': 'munged'}
-        files.update({f'slurmd-{h.name}': f'slurmd-{h.name}' for h in self.nodes})
-        return files
-
-    def daemon_pids(self) -> Dict[str, int]:
-        pids = {}
-        for label, stem in self.pid_files().items():
-            try:
-                pid = int((self.root / f'{stem}.pid').read_text().split()[0])
-            except (FileNotFoundError, IndexError, ValueError):
-                continue
-            mark = str(self.root / 'munge.socket') if label == 'munged' else str(self.conf)
-            if slurm_cluster._alive(pid) and mark in slurm_cluster._cmdline(pid):
-                pids[label] = pid
-        return pids
-
-    def stop(self, timeout: float = 30) -> List[str]:
-        """TERM (then KILL) the daemons, slurmds first; returns what is left of this cluster."""
-        pids = self.daemon_pids()
-        order = [k for k in pids if k.startswith('slurmd')] + [k for k in ('slurmctld', 'munged') if k in pids]
-        for label in order:
-            pid = pids[label]
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.time() + timeout
-            while slurm_cluster._alive(pid) and time.time() < deadline:
-                time.sleep(0.2)
-            if slurm_cluster._alive(pid):
-                os.kill(pid, signal.SIGKILL)
-                time.sleep(1)
-        left = self.leftovers()
-        if not left:
-            import shutil
-            shutil.rmtree(self.root, ignore_errors=True)
-        return left
+    def daemons(self) -> List[str]:
+        """Its daemons by pid-file stem, in stop order: the slurmds first."""
+        return [f'slurmd-{h.name}' for h in self.nodes] + ['slurmctld', 'munged']

@@ -17,14 +17,8 @@ def private_cluster() -> Iterator[slurm_cluster.PrivateSlurmCluster]:
     """A private cluster for this module, stopped (and checked to be gone) at the end."""
     reason = slurm_cluster.missing_reason()
     require_capability('slurm', not reason, reason)
-    cluster = slurm_cluster.PrivateSlurmCluster()
-    try:
-        cluster.start()
+    with slurm_cluster.running(slurm_cluster.PrivateSlurmCluster()) as cluster:
         yield cluster
-    finally:
-        cluster.cancel_jobs()
-        leftovers = cluster.stop()
-    assert not leftovers, f'processes of the private cluster outlived it: {leftovers}'
 
 
 @pytest.fixture

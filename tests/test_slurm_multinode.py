@@ -25,14 +25,8 @@ def slurm_on_hosts(nodes: int, **cluster_options: int) -> Iterator[slurm_netns.N
     require_capability('slurm', not slurm_cluster.missing_reason(), slurm_cluster.missing_reason())
     require_capability('netns', not netns.missing_reason(), netns.missing_reason())
     with netns.private_hosts(1 + nodes) as net:
-        cluster = slurm_netns.NamespacedSlurmCluster(net, **cluster_options)
-        try:
-            cluster.start()
+        with slurm_cluster.running(slurm_netns.NamespacedSlurmCluster(net, **cluster_options)) as cluster:
             yield cluster
-        finally:
-            cluster.cancel_jobs()
-            leftovers = cluster.stop()
-    assert not leftovers, f'processes of the private cluster outlived it: {leftovers}'
     assert not netns.namespaces_left(net)
 
 

@@ -37,6 +37,16 @@ def _grid(model: nn.Module, image: torch.Tensor) -> tuple:
     return int(grid[0]), int(grid[1])
 
 
+def _forward_once(model: nn.Module, image: torch.Tensor, handles: list) -> None:
+    """One forward pass without gradients for the hooks in ``handles``, removed afterwards (also on error)."""
+    try:
+        with torch.no_grad():
+            model(image)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def xca_maps(model: nn.Module, image: torch.Tensor, blocks: Sequence[int]) -> Dict[int, XCAMaps]:
     """Run ``model`` (this toolkit's XCiT or timm's) on one (1, 3, H, W) image; maps of ``blocks``."""
     _unfuse(model)
@@ -50,12 +60,7 @@ def xca_maps(model: nn.Module, image: torch.Tensor, blocks: Sequence[int]) -> Di
         handles.append(attn.qkv.register_forward_hook(
             lambda m, args, out, i=i, heads=attn.num_heads: captured[i].__setitem__(
                 'values', out[0, :, out.shape[-1] * 2 // 3:].detach().reshape(height, width, heads, -1))))
-    try:
-        with torch.no_grad():
-            model(image)
-    finally:
-        for handle in handles:
-            handle.remove()
+    _forward_once(model, image, handles)
     missing = [i for i in blocks if len(captured[i]) < 2]
     if missing:
         raise ValueError(f'blocks {missing} did not run (the backbone stops after its last out index)')
@@ -69,12 +74,7 @@ def class_attention_maps(model: nn.Module, image: torch.Tensor) -> torch.Tensor:
     maps: List[torch.Tensor] = []
     handles = [block.attn.attn_drop.register_forward_hook(
         lambda m, args, out: maps.append(args[0][0, :, 0, 1:].detach())) for block in model.cls_attn_blocks]
-    try:
-        with torch.no_grad():
-            model(image)
-    finally:
-        for handle in handles:
-            handle.remove()
+    _forward_once(model, image, handles)
     return torch.stack(maps).reshape(len(maps), -1, height, width)
 
 

@@ -116,6 +116,35 @@ class PickleExploit:
         return (open, (self.marker, 'w'))
 
 
+class GetattrExploit:
+    """Unpickling this evaluates Python code that creates `marker`, if ``builtins.getattr`` is allowed:
+    getattr(getattr, '__self__') is the builtins module, its eval is reached the same way, and torch's
+    allow-listed ``_rebuild_from_type_v2(func, ...)`` calls ``func``. Plain torch refuses it."""
+
+    class _Builtins:
+        def __reduce__(self):
+            return (getattr, (getattr, '__self__'))
+
+    class _Eval:
+        def __reduce__(self):
+            return (getattr, (GetattrExploit._Builtins(), 'eval'))
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        code = f"open({self.marker!r}, 'w').write('pwned')"
+        return (torch._tensor._rebuild_from_type_v2, (GetattrExploit._Eval(), torch.Tensor, (code,), {}))
+
+
+def hide_payload(checkpoint: Path, marker: Path, out: Path) -> Path:
+    """A real training checkpoint with a GetattrExploit in its meta: every weight still loads."""
+    state = torch.load(checkpoint, weights_only=False)
+    state['meta']['note'] = GetattrExploit(str(marker))
+    torch.save(state, out)
+    return out
+
+
 # --- processes ----------------------------------------------------------------------------------
 
 def launch_env(**extra: object) -> Dict[str, str]:

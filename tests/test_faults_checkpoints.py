@@ -1,6 +1,5 @@
 """Checkpoint faults, provoked for real: truncation, a kill while saving, crafted pickles, a full
 or read-only disk. Nothing that was saved before may be lost."""
-import pickle
 import random
 import shutil
 import subprocess
@@ -10,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers import (ROOT, PickleExploit, hooked_config, launch_env, require_capability, run, tiny_seg_config,
+from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, tiny_seg_config,
                      train_cmd, wait_for)
 from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
 
@@ -111,16 +110,21 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
     assert resumed.returncode == 0 and 'resumed epoch: 0, iter: 2' in resumed.stdout + resumed.stderr
 
 
-def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, seg_data):
-    config = tiny_seg_config(tmp_path, seg_data)
+def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_once):
+    """The payload hides in the meta of a real trained checkpoint (the getattr chain that the old
+    allow-list let through); every tool refuses the file before any of it is unpickled."""
+    config, source = trained_once
     marker = tmp_path / 'pwned'
-    evil = tmp_path / 'evil.pth'
-    torch.save({'state_dict': {}, 'meta': PickleExploit(str(marker))}, evil, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    evil = hide_payload(source / 'iter_4.pth', marker, tmp_path / 'evil.pth')
+    planted = tmp_path / 'planted'
+    planted.mkdir()
+    hide_payload(source / 'iter_4.pth', marker, planted / 'iter_9.pth')
     pretrained = tmp_path / 'pretrained.py'
     pretrained.write_text(f"_base_ = ['{config}']\nmodel = dict(backbone=dict(init_cfg=dict("
                           f"_delete_=True, type='Pretrained', checkpoint='{evil}')))\n")
     commands = {
-        'train --resume': train_cmd(config, tmp_path / 'run', '--resume', str(evil)),
+        'train --resume FILE': train_cmd(config, tmp_path / 'run', '--resume', str(evil)),
+        'train --resume (a planted iter_9.pth)': train_cmd(config, planted, '--resume'),
         'test.py': [sys.executable, str(ROOT / 'tools/test.py'), str(config), str(evil)],
         'convert': [sys.executable, str(ROOT / 'tools/convert_xcit_checkpoint.py'), str(evil),
                     str(tmp_path / 'out.pth'), '--arch', 'tiny_12', '--patch-size', '16'],
@@ -130,6 +134,7 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, seg_data):
         proc = run(cmd, cwd=tmp_path)
         assert proc.returncode != 0, name
         assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])
+        assert 'evil.pth' in proc.stderr or 'iter_9.pth' in proc.stderr, name
         assert not marker.exists(), name
 
 

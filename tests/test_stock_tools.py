@@ -15,7 +15,8 @@ import mmdet
 import mmseg
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, hide_payload
+from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
@@ -83,6 +84,11 @@ def test_mmdet_tools_train_resume_test_and_infer(tmp_path):
     image = str(data / 'val/val_00000.jpg')
     prediction = inferencer(image, return_datasamples=True)['predictions'][0]
     assert prediction.pred_instances.bboxes.shape[1] == 4
+    # the same trained file with code hidden in its meta: the stock inferencer refuses it
+    evil = hide_payload(work / 'epoch_2.pth', tmp_path / 'pwned', tmp_path / 'evil.pth')
+    with pytest.raises(CheckpointError, match=r'evil\.pth: refused.*could run code'):
+        DetInferencer(model=str(config), weights=str(evil), device='cpu')
+    assert not (tmp_path / 'pwned').exists()
 
 
 def test_mmseg_tools_train_resume_test_and_infer(tmp_path):

@@ -1,72 +1,93 @@
 """Checkpoint files: safe reading, atomic writing, choosing the one to resume from, diffing key sets.
 
 Both the backbone's pretrained weights (models/checkpoint.py maps their layouts) and the training
-checkpoints go through here. Files are read with ``torch.load(weights_only=True)``, so a checkpoint
-can never run code; MMEngine's checkpoints pickle a few non-tensor objects (its ``HistoryBuffer``,
-numpy arrays and scalars), and exactly those types are allowed. Writes go to a temporary file that
-is renamed into place, so a kill while saving never leaves a truncated checkpoint under a
-checkpoint's name.
+checkpoints go through here, and so does MMEngine's own reader of local files (its
+``CheckpointLoader`` scheme is replaced). Files are inspected (weights_only.py) and read with
+``torch.load(weights_only=True)``, so a checkpoint can never run code nor claim more memory than
+it holds; URLs are downloaded by download.py. Writes go to a temporary file, created exclusively
+and renamed into place, so a kill while saving never leaves a truncated checkpoint under a
+checkpoint's name and a link planted in a shared work dir is never followed.
 """
-import codecs
 import glob
 import logging
 import os
 import re
+import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-import numpy as np
 import torch
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.logging import HistoryBuffer, print_log
+from mmengine.logging import print_log
+from mmengine.runner.checkpoint import CheckpointLoader
 from torch import nn
 
-# numpy dtype classes that appear in MMEngine's logged scalars
-_NUMPY_DTYPES = [type(np.dtype(code)) for code in ('f2', 'f4', 'f8', 'i1', 'i2', 'i4', 'i8',
-                                                    'u1', 'u2', 'u4', 'u8', 'b1')]
+from .download import DownloadError, download, file_digest
+from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
+
+__all__ = ['CheckpointError', 'read_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
+           'check_matches_model', 'diff_keys', 'find_resumable_checkpoint', 'write_pointer',
+           'AtomicLocalBackend']
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once: checkpoints get the permissions a plain open() would give
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the model."""
 
 
-def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu') -> dict:
-    """Load a checkpoint file or URL with ``weights_only=True``; errors name the source."""
-    if path.startswith(('http://', 'https://')):
-        hub_dir = os.path.join(torch.hub.get_dir(), 'checkpoints')
-        os.makedirs(hub_dir, exist_ok=True)
-        local = os.path.join(hub_dir, os.path.basename(path.split('?')[0]))
-        if not os.path.isfile(local):
-            try:
-                torch.hub.download_url_to_file(path, local, progress=True)
-            except Exception as exc:  # network errors come in many types
-                raise CheckpointError(f'cannot download checkpoint {path}: {exc}. Download it '
-                                      f'elsewhere and point the config at the local file.') from exc
-        path = local
+def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu') -> Any:
+    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file."""
+    try:
+        inspect_checkpoint(path)
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        reason = describe_refusal(exc)
+        if reason is None:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
+
+
+def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
+                    sha256: Optional[str] = None) -> dict:
+    """Load a checkpoint file or URL (download.py: https, digests), weights only; errors name it."""
+    if '://' in path:
+        try:
+            path = download(path, sha256)
+        except DownloadError as exc:
+            raise CheckpointError(str(exc)) from exc
+    elif sha256:
+        file_sha = file_digest(path) if os.path.isfile(path) else ''
+        if not file_sha.startswith(sha256.lower()):
+            raise CheckpointError(f'checkpoint {path} has sha256 {file_sha or "(no file)"}, '
+                                  f'expected {sha256}')
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint file not found: {path}')
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if 'Weights only load failed' in str(exc) or 'Unsupported global' in str(exc):
-            reason = ('it holds Python objects other than tensors and plain containers, which '
-                      'are refused because unpickling them could run code')
-        raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
+    ckpt = load_weights_only(path, map_location)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a dict of tensors')
     return ckpt
 
 
-def allow_mmengine_checkpoints() -> None:
-    """Let ``torch.load(weights_only=True)`` read MMEngine's checkpoints, and nothing more.
+@CheckpointLoader.register_scheme(prefixes='', force=True)
+def _load_local(filename: str, map_location=None) -> Any:
+    """MMEngine's reader of local checkpoints (``load_from``, ``resume``, mmdet's and mmseg's
+    inferencers), replaced so that every file is inspected and read weights only."""
+    filename = os.path.expanduser(filename)
+    if not os.path.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return load_weights_only(filename, map_location)
 
-    ``getattr`` is needed for numpy's dtype pickles; the weights-only unpickler still refuses
-    to call anything that is not on the allow-list.
-    """
-    torch.serialization.add_safe_globals([
-        HistoryBuffer, np.ndarray, np.dtype, np._core.multiarray._reconstruct,
-        np._core.multiarray.scalar, codecs.encode, getattr, *_NUMPY_DTYPES])
+
+@CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), force=True)
+def _load_url(filename: str, map_location=None, model_dir=None) -> Any:
+    """MMEngine's reader of URLs, replaced by the checked download and the weights-only read."""
+    try:
+        return load_weights_only(download(filename), map_location)
+    except DownloadError as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 @dataclass
@@ -107,9 +128,14 @@ class AtomicLocalBackend(LocalBackend):
     def put(self, obj: bytes, filepath) -> None:
         filepath = str(filepath)
         os.makedirs(os.path.dirname(filepath) or '.', exist_ok=True)
-        tmp = f'{filepath}.tmp-{os.getpid()}'
+        folder, name = os.path.split(filepath)
+        tmp = None
         try:
-            with open(tmp, 'wb') as f:
+            # O_EXCL | O_NOFOLLOW under a random name: a file or link planted in the folder is never
+            # written through; the rename then replaces the name itself, never a link's target
+            fd, tmp = tempfile.mkstemp(dir=folder or '.', prefix=f'{name}.tmp-')
+            with os.fdopen(fd, 'wb') as f:
+                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
                 f.write(obj)
                 f.flush()
                 os.fsync(f.fileno())
@@ -118,7 +144,7 @@ class AtomicLocalBackend(LocalBackend):
             raise CheckpointError(f'cannot write {filepath}: {exc.strerror or exc} (the checkpoints '
                                   f'written before are untouched)') from exc
         finally:
-            if os.path.exists(tmp):
+            if tmp and os.path.lexists(tmp):
                 os.remove(tmp)
 
     def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:

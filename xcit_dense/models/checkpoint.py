@@ -9,7 +9,7 @@ Files are read by ``xcit_dense.checkpoint.read_checkpoint`` (weights only, never
 """
 import logging
 from collections import OrderedDict
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -56,13 +56,15 @@ def _summarise(keys: Sequence[str], limit: int = 12) -> str:
 
 
 def load_backbone_weights(model: nn.Module, checkpoint: str, allowed_missing: Sequence[str] = (),
-                          logger: logging.Logger = logging.getLogger(__name__)) -> None:
-    """Load ``checkpoint`` into ``model`` strictly, except for keys under ``allowed_missing``.
+                          logger: logging.Logger = logging.getLogger(__name__),
+                          sha256: Optional[str] = None) -> None:
+    """Load ``checkpoint`` into ``model`` strictly, except for keys under ``allowed_missing``;
+    ``sha256`` (or a prefix of it) pins the file's digest.
 
     Raises ``CheckpointError`` naming the keys when a weight is missing, unexpected or of
     another shape (a checkpoint of another architecture), and logs one summary line.
     """
-    state, ignored = to_backbone_layout(read_checkpoint(checkpoint))
+    state, ignored = to_backbone_layout(read_checkpoint(checkpoint, sha256=sha256))
     diff = diff_keys(model.state_dict(), state)
     tolerated = [k for k in diff.missing
                  if k.startswith(tuple(allowed_missing)) or k.endswith('num_batches_tracked')]

@@ -75,7 +75,7 @@ class XCiT(BaseModule):
             so the pyramid's outputs are channels_last; the option also converts the weights.
         compile: ``torch.compile`` the forward; where it cannot compile, one warning is
             logged and the model runs eagerly.
-        init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL)`` loads the authors',
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL, sha256=None)`` loads the authors',
             timm's or this toolkit's weights (see ``checkpoint.load_backbone_weights``).
     """
 
@@ -171,7 +171,7 @@ class XCiT(BaseModule):
             raise ValueError(f"init_cfg of type 'Pretrained' needs a 'checkpoint': {self.init_cfg}")
         load_backbone_weights(self, self.init_cfg['checkpoint'],
                               allowed_missing=('fpn1.', 'fpn2.', 'fpn3.', 'fpn4.'),
-                              logger=MMLogger.get_current_instance())
+                              logger=MMLogger.get_current_instance(), sha256=self.init_cfg.get('sha256'))
         self._is_init = True
 
     @staticmethod

@@ -1,0 +1,271 @@
+"""Checkpoints, downloads and checkpoint writes as an attacker would use them: a file that runs code
+through the allow-list, memory bombs, a poisoned or unpinned download cache, a planted link."""
+import hashlib
+import http.server
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterator
+
+import numpy as np
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer, MessageHub
+from mmengine.runner.checkpoint import _load_checkpoint, save_checkpoint
+
+from helpers import GetattrExploit, free_port, hide_payload
+from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError, read_checkpoint
+from xcit_dense import download
+from xcit_dense.download import ALLOW_HTTP, cache_path
+from xcit_dense.engine.hooks.rng_state import get_rng_state
+from xcit_dense.weights_only import history_buffer_method
+
+
+@pytest.fixture
+def evil(tmp_path) -> Path:
+    path = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {}, 'meta': GetattrExploit(str(tmp_path / 'pwned'))}, path)
+    return path
+
+
+def test_the_getattr_chain_runs_nothing_through_any_reader(evil):
+    """The scan refuses it first; torch's own weights-only load (what any other reader in the process
+    uses) refuses it too, since ``builtins.getattr`` resolves HistoryBuffer's methods only."""
+    with pytest.raises(CheckpointError, match=r'evil\.pth: refused.*could run code'):
+        read_checkpoint(str(evil))
+    with pytest.raises(CheckpointError, match='could run code'):
+        _load_checkpoint(str(evil))  # MMEngine's reader: load_from, resume, the stock inferencers
+    with pytest.raises(pickle.UnpicklingError, match=r"getattr\(.*'__self__'\) is refused"):
+        torch.load(evil, weights_only=True)
+    assert not (evil.parent / 'pwned').exists()
+    assert history_buffer_method(HistoryBuffer, 'mean') is HistoryBuffer.mean
+    for obj, name in ((HistoryBuffer, '__init__'), (HistoryBuffer, '__class__'), (os, 'system')):
+        with pytest.raises(pickle.UnpicklingError):
+            history_buffer_method(obj, name)
+
+
+def test_a_toolkit_checkpoint_with_logs_numpy_and_rng_states_still_loads(tmp_path):
+    hub = MessageHub('security-test')
+    for step in range(3):
+        hub.update_scalar('train/loss', np.float64(1.0 / (step + 1)))
+    hub.update_info('iter', np.int64(3))
+    saved = dict(state_dict={'w': torch.arange(6.0)}, message_hub=hub.state_dict(),
+                 meta=dict(seed=np.int64(12345), rng_states=[get_rng_state()], mean=np.float32(0.5),
+                           array=np.arange(4, dtype=np.int16)))
+    save_checkpoint(saved, str(tmp_path / 'iter_3.pth'))
+    loaded = read_checkpoint(str(tmp_path / 'iter_3.pth'))
+    scalars = loaded['message_hub']['log_scalars']['train/loss']
+    assert scalars.mean() == pytest.approx(np.mean([1.0, 0.5, 1 / 3]))
+    assert scalars.statistics('min') == pytest.approx(1 / 3)
+    assert loaded['meta']['rng_states'][0]['numpy'][1].tolist() == saved['meta']['rng_states'][0]['numpy'][1].tolist()
+    assert torch.equal(loaded['meta']['rng_states'][0]['torch'], saved['meta']['rng_states'][0]['torch'])
+    assert loaded['meta']['array'].dtype == np.int16 and loaded['meta']['seed'] == 12345
+
+
+class _Bytearray:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __reduce__(self):
+        return (bytearray, (self.size,))
+
+
+def _zip_declaring(path: Path, size: int) -> Path:
+    """A real checkpoint whose tensor record (deflated) declares ``size`` bytes in the central
+    directory, as a crafted archive would."""
+    plain = path.with_suffix('.plain')
+    torch.save({'state_dict': {'w': torch.zeros(256)}}, plain)
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, 'w') as out:
+        for info in source.infolist():
+            data = source.read(info)
+            out.writestr(info.filename, data, compress_type=zipfile.ZIP_DEFLATED
+                         if '/data/' in info.filename else zipfile.ZIP_STORED)
+        record = next(i for i in out.filelist if '/data/' in i.filename)
+        record.file_size = size  # written into the central directory (zip64) at close
+    return path
+
+
+BOMB_PROBE = r'''
+import resource, sys
+from xcit_dense.checkpoint import CheckpointError, read_checkpoint
+usage = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (usage + 2**30, resource.RLIM_INFINITY))
+for path in sys.argv[1:]:
+    try:
+        read_checkpoint(path)
+        print(path, 'LOADED')
+    except CheckpointError as exc:
+        print(path, 'REFUSED', exc)
+    except MemoryError:
+        print(path, 'MEMORYERROR')
+'''
+
+
+def test_memory_bombs_are_refused_before_any_allocation(tmp_path):
+    """Declared sizes of 64 GiB in files of a few KB, loaded under an address space capped at the
+    process's size plus 1 GiB: without the checks the loader dies at once (MemoryError)."""
+    bytearray_bomb = tmp_path / 'bytearray.pth'
+    torch.save({'meta': _Bytearray(2 ** 36)}, bytearray_bomb)
+    record_bomb = _zip_declaring(tmp_path / 'record.pth', 2 ** 36)
+    assert bytearray_bomb.stat().st_size < 4096 and record_bomb.stat().st_size < 8192
+    proc = subprocess.run([sys.executable, '-c', BOMB_PROBE, str(bytearray_bomb), str(record_bomb)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(' ', 1) for line in proc.stdout.splitlines())
+    assert lines[str(bytearray_bomb)].startswith('REFUSED') and 'bytearray declares a size of 68719476736' \
+        in lines[str(bytearray_bomb)], lines
+    assert lines[str(record_bomb)].startswith('REFUSED') and 'records declare' in lines[str(record_bomb)], lines
+
+
+def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
+    """The payload in the meta of an otherwise valid MMEngine checkpoint."""
+    real = tmp_path / 'real.pth'
+    save_checkpoint({'state_dict': {'w': torch.ones(3)}, 'meta': {'iter': 2}}, str(real))
+    hidden = hide_payload(real, tmp_path / 'pwned', tmp_path / 'hidden.pth')
+    with pytest.raises(CheckpointError, match=r'hidden\.pth: refused'):
+        read_checkpoint(str(hidden))
+    assert not (tmp_path / 'pwned').exists()
+
+
+# --- checkpoint writes --------------------------------------------------------------------------
+
+def test_a_planted_link_at_the_temporary_name_is_never_written_through(tmp_path, monkeypatch):
+    """Links planted at the old predictable name and at the name the writer draws first (taken from
+    tempfile's name sequence, which the test intercepts): the target stays untouched."""
+    target = tmp_path / 'precious'
+    target.write_text('keep me')
+    checkpoint = tmp_path / 'iter_2.pth'
+    (tmp_path / f'iter_2.pth.tmp-{os.getpid()}').symlink_to(target)
+    names = iter(['first', 'second', 'third'])
+    monkeypatch.setattr(tempfile, '_get_candidate_names', lambda: names)
+    (tmp_path / 'iter_2.pth.tmp-first').symlink_to(target)
+    AtomicLocalBackend().put(b'weights', checkpoint)
+    assert target.read_text() == 'keep me'
+    assert checkpoint.read_bytes() == b'weights' and not checkpoint.is_symlink()
+    assert oct(checkpoint.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ['precious', 'iter_2.pth', f'iter_2.pth.tmp-{os.getpid()}', 'iter_2.pth.tmp-first'])
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# --- downloads ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def file_server(tmp_path) -> Iterator[Dict]:
+    """An HTTP server on loopback serving tmp_path/www; it counts the requests per path."""
+    root = tmp_path / 'www'
+    root.mkdir()
+    hits: Dict[str, int] = {}
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self):
+            hits[self.path] = hits.get(self.path, 0) + 1
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield dict(root=root, hits=hits, url=f'http://127.0.0.1:{server.server_address[1]}')
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _publish(server: Dict, name: str) -> Path:
+    path = server['root'] / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({'state_dict': {'w': torch.arange(3.0)}}, path)
+    return path
+
+
+def test_plain_http_is_refused_unless_allowed(file_server, monkeypatch):
+    _publish(file_server, 'x/model.pth')
+    monkeypatch.delenv(ALLOW_HTTP, raising=False)
+    with pytest.raises(CheckpointError, match=f'plain http is refused.*{ALLOW_HTTP}=1'):
+        read_checkpoint(f"{file_server['url']}/x/model.pth")
+    assert file_server['hits'] == {}
+    monkeypatch.setenv(ALLOW_HTTP, '1')
+    assert torch.equal(read_checkpoint(f"{file_server['url']}/x/model.pth")['state_dict']['w'], torch.arange(3.0))
+
+
+def test_a_file_cached_from_one_url_is_never_served_for_another(file_server, monkeypatch):
+    monkeypatch.setenv(ALLOW_HTTP, '1')
+    name = 'xcit_small_12_p16_384_dist.pth'
+    _publish(file_server, f'anyhost/{name}')
+    read_checkpoint(f"{file_server['url']}/anyhost/{name}")
+    official = f'https://127.0.0.1:{free_port()}/xcit/{name}'  # nothing listens: no network either
+    with pytest.raises(CheckpointError, match='cannot download'):
+        read_checkpoint(official)
+    assert cache_path(official) != cache_path(f"{file_server['url']}/anyhost/{name}")
+    assert not os.path.exists(cache_path(official))
+
+
+def test_pinned_digests_are_checked_and_logged(file_server, monkeypatch):
+    monkeypatch.setenv(ALLOW_HTTP, '1')
+    logged = []
+    monkeypatch.setattr(download, 'print_log', lambda message, **kwargs: logged.append(message))
+    good = _publish(file_server, 'w/model.pth')
+    digest = hashlib.sha256(good.read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError, match=f'has sha256 {digest}, expected 0123abcd'):
+        read_checkpoint(f"{file_server['url']}/w/model.pth", sha256='0123abcd')
+    assert not os.path.exists(cache_path(f"{file_server['url']}/w/model.pth"))  # refused: not cached
+    read_checkpoint(f"{file_server['url']}/w/model.pth", sha256=digest)
+    assert any(f'sha256 {digest}' in line for line in logged), logged
+    # torch.hub's and OpenMMLab's convention: the name carries the digest's prefix
+    (file_server['root'] / 'w/model-deadbeef.pth').write_bytes(good.read_bytes())
+    with pytest.raises(CheckpointError, match='expected deadbeef'):
+        read_checkpoint(f"{file_server['url']}/w/model-deadbeef.pth")
+    (file_server['root'] / f'w/model-{digest[:8]}.pth').write_bytes(good.read_bytes())
+    read_checkpoint(f"{file_server['url']}/w/model-{digest[:8]}.pth")
+
+
+def test_a_url_ending_in_dotdot_stays_inside_the_cache(file_server, monkeypatch, tmp_path):
+    monkeypatch.setenv(ALLOW_HTTP, '1')
+    hub = Path(torch.hub.get_dir())
+    before = set(hub.parent.rglob('*')) if hub.parent.exists() else set()
+    with pytest.raises(CheckpointError):
+        read_checkpoint(f"{file_server['url']}/x/..")
+    stray = {p for p in set(hub.parent.rglob('*')) - before
+             if not str(p).startswith(str(hub / 'checkpoints' / 'xcit-dense'))}
+    assert stray == set()
+
+
+def _download_in_child(url: str, queue) -> None:
+    queue.put(read_checkpoint(url)['state_dict']['w'].tolist())
+
+
+def test_one_process_per_node_downloads(file_server, monkeypatch):
+    """Four processes of a node read the same URL at once: the file is fetched once."""
+    monkeypatch.setenv(ALLOW_HTTP, '1')
+    _publish(file_server, 'n/model.pth')
+    context = multiprocessing.get_context('fork')
+    queue = context.Queue()
+    children = [context.Process(target=_download_in_child, args=(f"{file_server['url']}/n/model.pth", queue))
+                for _ in range(4)]
+    for child in children:
+        child.start()
+    results = [queue.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(timeout=60)
+    assert [c.exitcode for c in children] == [0] * 4
+    assert results == [[0.0, 1.0, 2.0]] * 4
+    assert file_server['hits'] == {'/n/model.pth': 1}

@@ -1,0 +1,288 @@
+"""What a checkpoint file may hold, checked before anything of it is unpickled.
+
+Checkpoints are data from people the user may not trust. ``torch.load(weights_only=True)`` refuses
+globals outside an allow-list; MMEngine's checkpoints need a few more (its ``HistoryBuffer``, numpy
+arrays, scalars and dtypes, and ``getattr`` for the buffer's statistics methods). ``getattr`` itself
+would reach any attribute of any object (``getattr(getattr, '__self__')`` is the builtins module),
+so a restricted function takes its name. Before unpickling, :func:`inspect_checkpoint` reads the
+archive's records and the pickle's opcodes, so that a small file cannot declare gigabytes (a
+``bytearray(2**36)``, a storage or a deflated record larger than the file) nor name a global
+outside the list.
+"""
+import io
+import os
+import pickletools
+import zipfile
+from math import prod
+from pickle import UnpicklingError
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+from mmengine.logging import HistoryBuffer
+from torch._weights_only_unpickler import _get_allowed_globals
+
+# numpy dtype classes that appear in MMEngine's logged scalars and RNG states
+_NUMPY_DTYPES = [type(np.dtype(code)) for code in ('f2', 'f4', 'f8', 'i1', 'i2', 'i4', 'i8',
+                                                    'u1', 'u2', 'u4', 'u8', 'b1')]
+# the statistics methods MMEngine pickles as ``getattr(HistoryBuffer, name)``
+_HISTORY_METHODS = ('min', 'max', 'current', 'mean')
+# a deflated record may expand to at most this many times the file's size (torch.save stores)
+MAX_EXPANSION = 4
+# torch's tensor rebuild functions check sizes against their storages themselves
+_TENSOR_REBUILDS = {f'torch._utils.{name}' for name in (
+    '_rebuild_tensor', '_rebuild_tensor_v2', '_rebuild_tensor_v3', '_rebuild_parameter',
+    '_rebuild_parameter_with_state', '_rebuild_qtensor', '_rebuild_device_tensor_from_cpu_tensor',
+    '_rebuild_device_tensor_from_numpy', '_rebuild_sparse_tensor', '_rebuild_nested_tensor')}
+_PY2_NAMES = {'__builtin__': 'builtins', 'copy_reg': 'copyreg'}
+
+
+def history_buffer_method(obj: Any, name: str) -> Any:
+    """``getattr`` as unpickling needs it: only ``HistoryBuffer``'s statistics methods resolve."""
+    methods = set(_HISTORY_METHODS) | set(HistoryBuffer._statistics_methods)
+    if obj is HistoryBuffer and isinstance(name, str) and name in methods \
+            and callable(HistoryBuffer.__dict__.get(name)):
+        return HistoryBuffer.__dict__[name]
+    raise UnpicklingError(f'getattr({obj!r}, {name!r}) is refused: a checkpoint may only name '
+                          f"the statistics methods of MMEngine's HistoryBuffer")
+
+
+def _qualname(obj: Any) -> str:
+    return f'{obj.__module__}.{obj.__qualname__}'
+
+
+_TOOLKIT_GLOBALS: Dict[str, Any] = {
+    _qualname(obj): obj for obj in (HistoryBuffer, np.ndarray, np.dtype,
+                                    np._core.multiarray._reconstruct, np._core.multiarray.scalar,
+                                    *_NUMPY_DTYPES)}
+_TOOLKIT_GLOBALS['builtins.getattr'] = history_buffer_method
+# numpy 1.x wrote its arrays and scalars under numpy.core
+_ALIASES = {'numpy.core.multiarray._reconstruct': 'numpy._core.multiarray._reconstruct',
+            'numpy.core.multiarray.scalar': 'numpy._core.multiarray.scalar'}
+
+
+def allow_mmengine_checkpoints() -> None:
+    """Let ``torch.load(weights_only=True)`` read MMEngine's checkpoints, and nothing more.
+
+    Process-wide (mmdet's and mmseg's own tools and inferencers read through torch's default),
+    so nothing registered here reaches code: ``builtins.getattr`` is :func:`history_buffer_method`.
+    """
+    torch.serialization.add_safe_globals(
+        [obj for name, obj in _TOOLKIT_GLOBALS.items() if name != 'builtins.getattr']
+        + [(history_buffer_method, 'builtins.getattr')]
+        + [(_TOOLKIT_GLOBALS[new], old) for old, new in _ALIASES.items()])
+
+
+def allowed_globals() -> set:
+    """The dotted names a checkpoint may name: torch's defaults and MMEngine's few."""
+    return set(_get_allowed_globals()) | set(_TOOLKIT_GLOBALS) | set(_ALIASES)
+
+
+class _Global(str):
+    """A global's dotted name on the simulated pickle stack."""
+
+
+class _Opaque:
+    """Any value the scan does not need to know (a list, a dict, a call's result)."""
+
+
+_OPAQUE = _Opaque()
+_MARK = object()
+
+
+def _sizes(value: Any) -> Iterator[int]:
+    """Every integer of a call's arguments, and the product of every tuple of integers."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield abs(value)
+    elif isinstance(value, tuple):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            yield abs(prod(value))
+        for item in value:
+            yield from _sizes(item)
+
+
+def _check_call(func: Any, args: Any, limit: int, what: str, call: bool = True) -> None:
+    """Refuse a call that could allocate more than ``limit`` bytes or call a hidden function."""
+    if call and not isinstance(func, _Global):
+        raise UnpicklingError(f'{what}: a call of a computed value, not of a named global')
+    if func in _TENSOR_REBUILDS:
+        return
+    if func == 'torch._tensor._rebuild_from_type_v2':
+        inner = args[0] if isinstance(args, tuple) and args else None
+        if not (isinstance(inner, _Global) and inner in _TENSOR_REBUILDS):
+            raise UnpicklingError(f'{what}: _rebuild_from_type_v2 may only call torch\'s tensor '
+                                  f'rebuild functions, not {inner if isinstance(inner, _Global) else "a computed value"}')
+    if func == 'numpy.dtype' and not (isinstance(args, tuple) and args and isinstance(args[0], str)):
+        raise UnpicklingError(f'{what}: only plain numpy dtypes (a type code) are allowed')
+    if func.endswith('multiarray._reconstruct') and not (
+            isinstance(args, tuple) and len(args) == 3 and isinstance(args[2], (str, bytes))):
+        raise UnpicklingError(f'{what}: a numpy array may only be rebuilt from a type code')
+    size = max(_sizes(args), default=0)
+    if size > limit:
+        raise UnpicklingError(f'{what}: {f"a call of {func}" if func else "a value"} declares a size of {size} ({size / 2**30:.1f} GiB), more than the file '
+                              f'holds ({limit} bytes)')
+
+
+def scan_pickle(data: bytes, limit: int, allowed: set) -> None:
+    """Walk the opcodes of one or more pickles in ``data`` on a symbolic stack: every global must
+    be in ``allowed``; no call, object or storage may declare more than ``limit`` bytes."""
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        _scan_one(stream, limit, allowed)
+
+
+def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
+    stack: List[Any] = []
+    memo: Dict[int, Any] = {}
+
+    def pop_mark() -> list:
+        items = []
+        while stack:
+            item = stack.pop()
+            if item is _MARK:
+                return items[::-1]
+            items.append(item)
+        raise UnpicklingError('malformed pickle (no mark)')
+
+    def pop(n: int = 1) -> list:
+        if len(stack) < n:
+            raise UnpicklingError('malformed pickle (stack underflow)')
+        items = stack[-n:]
+        del stack[-n:]
+        return items
+
+    try:
+        ops = list(pickletools.genops(stream))
+    except Exception as exc:
+        raise UnpicklingError(f'malformed pickle: {exc}') from exc
+    for op, arg, pos in ops:
+        name, where = op.name, f'pickle opcode {op.name} at byte {pos}'
+        if name in ('GLOBAL', 'STACK_GLOBAL'):
+            module, attr = arg.split(' ', 1) if name == 'GLOBAL' else pop(2)
+            if not (isinstance(module, str) and isinstance(attr, str)):
+                raise UnpicklingError(f'{where}: a computed global name')
+            dotted = f'{_PY2_NAMES.get(module, module)}.{attr}'
+            if dotted not in allowed:
+                raise UnpicklingError(f'{where}: the global {dotted} is not allowed (only tensors, '
+                                      f"containers and MMEngine's logging objects are)")
+            stack.append(_Global(dotted))
+        elif name == 'REDUCE':
+            func, args = pop(2)
+            _check_call(func, args, limit, where)
+            # protocol 2 writes bytes as _codecs.encode(text, 'latin1'): keep them as bytes
+            encoded = func == '_codecs.encode' and isinstance(args, tuple) and args and isinstance(args[0], str)
+            stack.append(args[0].encode('utf-8') if encoded else _OPAQUE)
+        elif name in ('NEWOBJ', 'NEWOBJ_EX'):
+            items = pop(3 if name == 'NEWOBJ_EX' else 2)
+            _check_call(items[0], tuple(items[1:]), limit, where)
+            stack.append(_OPAQUE)
+        elif name == 'BUILD':
+            state, = pop()
+            _check_call('', state, limit, where, call=False)
+        elif name in ('BINPERSID', 'PERSID'):
+            pid = pop()[0] if name == 'BINPERSID' else arg
+            _check_call('', pid, limit, where, call=False)  # ('storage', type, key, location, numel)
+            stack.append(_OPAQUE)
+        elif name == 'MARK':
+            stack.append(_MARK)
+        elif name == 'TUPLE':
+            stack.append(tuple(pop_mark()))
+        elif name in ('TUPLE1', 'TUPLE2', 'TUPLE3'):
+            stack.append(tuple(pop(int(name[-1]))))
+        elif name == 'EMPTY_TUPLE':
+            stack.append(())
+        elif name in ('LIST', 'DICT', 'FROZENSET'):
+            pop_mark()
+            stack.append(_OPAQUE)
+        elif name in ('APPENDS', 'SETITEMS', 'ADDITEMS', 'POP_MARK'):
+            pop_mark()
+        elif name in ('APPEND', 'POP'):
+            pop()
+        elif name == 'SETITEM':
+            pop(2)
+        elif name == 'DUP':
+            stack.append(stack[-1] if stack else _OPAQUE)
+        elif name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
+            if not stack:
+                raise UnpicklingError(f'{where}: malformed pickle (memo of an empty stack)')
+            memo[len(memo) if name == 'MEMOIZE' else arg] = stack[-1]
+        elif name in ('GET', 'BINGET', 'LONG_BINGET'):
+            stack.append(memo.get(arg, _OPAQUE))
+        elif name in ('PROTO', 'FRAME'):
+            pass
+        elif name == 'STOP':
+            return
+        elif name in ('INST', 'OBJ', 'EXT1', 'EXT2', 'EXT4'):
+            raise UnpicklingError(f'{where}: this opcode is not allowed in a checkpoint')
+        elif op.stack_before == [] and len(op.stack_after) == 1:  # pushes one value (numbers, strings)
+            value = arg if isinstance(arg, (int, float, str, bytes, bool)) or arg is None else _OPAQUE
+            stack.append(value if name not in ('EMPTY_LIST', 'EMPTY_DICT', 'EMPTY_SET') else _OPAQUE)
+        else:
+            raise UnpicklingError(f'{where}: unexpected opcode')
+
+
+def inspect_checkpoint(path: str) -> None:
+    """Check ``path`` before ``torch.load`` reads it; raises ``UnpicklingError`` naming the problem.
+
+    A torch zip archive: every record's size (deflated ones after expansion) must fit the file,
+    and its pickle passes :func:`scan_pickle`. A legacy (non-zip) file: its pickles pass it.
+    """
+    size = os.path.getsize(path)
+    allowed = allowed_globals()
+    if not zipfile.is_zipfile(path):
+        with open(path, 'rb') as f:
+            pickles = _legacy_pickles(f.read(), size)
+        scan_pickle(pickles, size, allowed)
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+            expanded = sum(r.file_size for r in records)
+            if expanded > MAX_EXPANSION * max(size, 1):
+                biggest = max(records, key=lambda r: r.file_size)
+                raise UnpicklingError(
+                    f'its records declare {expanded} bytes ({expanded / 2**30:.1f} GiB) in a file of '
+                    f'{size} bytes (largest: {biggest.filename}, {biggest.file_size} bytes)')
+            bad = [r.filename for r in records if r.compress_type not in (zipfile.ZIP_STORED,
+                                                                          zipfile.ZIP_DEFLATED)]
+            if bad:
+                raise UnpicklingError(f'records compressed in an unsupported way: {bad[:3]}')
+            pickle = [r for r in records if r.filename.endswith('/data.pkl') or r.filename == 'data.pkl']
+            if not pickle:
+                raise UnpicklingError('the archive has no data.pkl: not a torch checkpoint')
+            scan_pickle(archive.read(pickle[0]), size, allowed)
+    except zipfile.BadZipFile as exc:
+        raise UnpicklingError(f'a damaged archive: {exc}') from exc
+
+
+def _legacy_pickles(data: bytes, size: int) -> bytes:
+    """The pickles of a legacy torch file (magic, protocol, sys info, object, storage keys), without
+    the raw storage bytes after them."""
+    stream, end = io.BytesIO(data), 0
+    for _ in range(5):
+        try:
+            for op, _arg, _pos in pickletools.genops(stream):
+                if op.name == 'STOP':
+                    break
+        except Exception as exc:
+            raise UnpicklingError(f'not a torch checkpoint (neither a zip archive nor a pickle): '
+                                  f'{exc}') from exc
+        end = stream.tell()
+        if end >= size:
+            break
+    return data[:end]
+
+
+def describe(exc: BaseException) -> Optional[str]:
+    """The reason to show for a refused file, or None when ``exc`` is not a refusal."""
+    text = str(exc)
+    if isinstance(exc, UnpicklingError) or 'Weights only load failed' in text or 'Unsupported global' in text:
+        lines = [line.strip() for line in text.strip().splitlines()] or [type(exc).__name__]
+        # torch wraps its unpickler's reason in advice on how to load the file anyway
+        first = next((line.split('WeightsUnpickler error:', 1)[1].strip() for line in lines
+                      if 'WeightsUnpickler error:' in line), lines[0])
+        return (f'refused, since unpickling it could run code or exhaust memory ({first}); a '
+                f'checkpoint may hold only tensors, plain containers and MMEngine\'s logging objects')
+    return None

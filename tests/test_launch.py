@@ -45,6 +45,10 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'GPUS': '6', 'GPUS_PER_NODE': '4'},
      'GPUS=6 is not a multiple of GPUS_PER_NODE=4'),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': 'yes'}, "REQUEUE must be 0 or 1, got 'yes'"),
+    ('dist_train.sh', ['CONFIG', '1'], {'PORT': '70000'}, "PORT must be a port number (1-65535), got '70000'"),
+    ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'PORT': '0'}, "PORT must be a port number (1-65535), got '0'"),
+    ('slurm_test.sh', ['debug', 'job', 'CONFIG', 'CONFIG'], {'SRUN_ARGS': '--comment "a *'},
+     'SRUN_ARGS cannot be split into words (an unbalanced quote?)'),
 ])
 def test_bad_launch_input(tmp_path, seg_data, script, args, env, message):
     config = tiny_seg_config(tmp_path, seg_data)

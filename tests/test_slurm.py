@@ -39,9 +39,12 @@ def slurm_env(cluster: slurm_cluster.PrivateSlurmCluster, **extra: object) -> di
 def test_slurm_train_then_slurm_test(slurm, tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
+    # SRUN_ARGS split like shell words, never globbed: unquoted, '*' became the names in tmp_path
     train = run(['bash', str(ROOT / 'tools/slurm_train.sh'), 'debug', 'xcit-train', str(config), str(work_dir)],
-                cwd=tmp_path, env=slurm_env(slurm), timeout=900)
+                cwd=tmp_path, env=slurm_env(slurm, SRUN_ARGS="--comment='xcit *'"), timeout=900)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    jobs = slurm.run('scontrol', 'show', 'job').stdout.split('\n\n')
+    assert any('JobName=xcit-train' in job and 'Comment=xcit *' in job for job in jobs), jobs
     log = read_log(work_dir)
     assert 'Run plan: 1 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log

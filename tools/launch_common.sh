@@ -34,8 +34,12 @@ require_devices() {  # require_devices COUNT
   fi
 }
 
+require_port() {  # require_port NAME VALUE
+  [[ "$2" =~ ^[1-9][0-9]{0,4}$ ]] && [ "$2" -le 65535 ] || die "$1 must be a port number (1-65535), got '$2'"
+}
+
 require_free_port() {  # require_free_port ADDR PORT
-  require_positive_int PORT "$2"
+  require_port PORT "$2"
   "$PYTHON" - "$1" "$2" <<'PY' || die "port $2 on $1 is already in use: set PORT to a free one"
 import socket, sys
 with socket.socket() as s:
@@ -58,6 +62,7 @@ torchrun_layout() {
   require_devices "$GPUS"
   NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0} MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} PORT=${PORT:-29500}
   require_positive_int NNODES "$NNODES"
+  require_port PORT "$PORT"
   [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
     || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
   [ "$NODE_RANK" != 0 ] || require_free_port "$MASTER_ADDR" "$PORT"
@@ -93,6 +98,19 @@ slurm_layout() {
   require_positive_int CPUS_PER_TASK "$CPUS_PER_TASK"
   TASKS_PER_NODE=$(( GPUS < GPUS_PER_NODE ? GPUS : GPUS_PER_NODE ))
   [ $(( GPUS % TASKS_PER_NODE )) -eq 0 ] || die "GPUS=$GPUS is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE"
+  [ -z "${PORT:-}" ] || require_port PORT "$PORT"
+  split_srun_args
   command -v srun >/dev/null || die "srun not found: is this a Slurm login node?"
   # PORT: the rendezvous port; unset, each job derives its own from the job id (engine/dist.py)
+}
+
+# SRUN_EXTRA: the words of SRUN_ARGS, split as a shell would split quoted words but never globbed
+# or expanded (a '*' stays a '*'), e.g. SRUN_ARGS="--exclude=node3 --comment='a b'".
+split_srun_args() {
+  SRUN_EXTRA=()
+  [ -n "${SRUN_ARGS:-}" ] || return 0
+  "$PYTHON" -c 'import shlex, sys; shlex.split(sys.argv[1])' "$SRUN_ARGS" 2>/dev/null \
+    || die "SRUN_ARGS cannot be split into words (an unbalanced quote?): $SRUN_ARGS"
+  mapfile -d '' -t SRUN_EXTRA < <("$PYTHON" -c \
+    'import shlex, sys; sys.stdout.write("".join(w + "\0" for w in shlex.split(sys.argv[1])))' "$SRUN_ARGS")
 }

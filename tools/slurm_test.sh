@@ -10,7 +10,6 @@ require_file config "$CONFIG"
 require_file checkpoint "$CHECKPOINT"
 slurm_layout
 preflight test "$CONFIG" "$@"
-# shellcheck disable=SC2086  # SRUN_ARGS holds several words
 exec srun -p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$TASKS_PER_NODE" --ntasks="$GPUS" \
   --ntasks-per-node="$TASKS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 \
-  ${SRUN_ARGS:-} "$PYTHON" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher slurm "$@"
+  "${SRUN_EXTRA[@]}" "$PYTHON" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher slurm "$@"

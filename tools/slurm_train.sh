@@ -25,7 +25,6 @@ if [ "${REQUEUE:-0}" = 1 ] && [ -z "${SLURM_JOB_ID:-}" ]; then
     --cpus-per-task="$CPUS_PER_TASK" --output="${SLURM_OUTPUT:-slurm-%j.out}" --open-mode=append \
     --wrap="$(printf '%q ' bash "$ROOT/tools/slurm_train.sh" "$PARTITION" "$JOB_NAME" "$CONFIG" "${WORK_DIR[@]}" "$@")"
 fi
-# shellcheck disable=SC2086  # SRUN_ARGS holds several words
 exec srun -p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$TASKS_PER_NODE" --ntasks="$GPUS" \
   --ntasks-per-node="$TASKS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 \
-  ${SRUN_ARGS:-} "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" "${WORK_DIR[@]}" --launcher slurm "$@"
+  "${SRUN_EXTRA[@]}" "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" "${WORK_DIR[@]}" --launcher slurm "$@"

@@ -120,7 +120,7 @@ def check_split(cfg: Config, split: str) -> SplitReport:
             continue
         report.images += 1
         if bad:
-            report.add_bad(bad.kind, 1, str(bad))
+            report.add_bad(bad.kind, 1, f'{bad.path}: {bad.detail}')
         if segmentation:
             has_labels = not (bad and bad.kind == MISSING_LABEL_MAP)
             report.annotations += has_labels

@@ -61,7 +61,7 @@ def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX
                 image.load()
     except UnidentifiedImageError:
         if decode:
-            raise BadSample(unreadable, path, f'not a {what} PIL can read') from None
+            raise BadSample(unreadable, path, f'PIL cannot read it ({what})') from None
         return None
     except BadSample:
         raise

@@ -4,9 +4,12 @@ import json
 import logging
 import re
 import shutil
+import signal
+import time
 
 import numpy as np
 import pytest
+import torch
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
@@ -193,3 +196,31 @@ def test_skip_gives_up_after_max_tries_counting_every_try(monkeypatch):
     with pytest.raises(RuntimeError, match='4 samples in a row could not be loaded'):
         dataset[0]
     assert dataset.skipped == len(flaky.failed) == 4
+
+
+@pytest.mark.parametrize('workers', [0, 1])
+def test_sigterm_in_the_bad_sample_retry_loop_stops_at_once_with_the_last_checkpoint(tmp_path, seg_data, workers):
+    """Two good samples (iteration 1), then only bad ones: SIGTERM comes from inside the retry loop (in
+    this process, or from a DataLoader worker while the main process waits for the batch). Before the
+    fix the signal waited for the next iteration boundary, which never came (100 failed tries, rc 1)."""
+    work_dir, sent = tmp_path / 'run', tmp_path / 'signal_sent'
+    retries = dict(type='SignalFromRetries', good=2, signal_at=3, signal_sent=str(sent),
+                   wait_for=str(work_dir / 'iter_1.done') if workers else None)
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), retries, dict(type='PackSegInputs')]
+    config = tiny_seg_config(
+        tmp_path, seg_data, custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=[dict(type='MarkIterDoneHook')], train_cfg=dict(max_iters=4, val_interval=100),
+        default_hooks=dict(checkpoint=dict(interval=100), logger=dict(interval=1), visualization=dict(draw=False)))
+    text = config.read_text().replace("'batch_size': 2, 'num_workers': 0, 'persistent_workers': False",
+                                      f"'batch_size': 2, 'num_workers': {workers}, 'persistent_workers': False", 1)
+    assert f"'num_workers': {workers}," in text
+    config.write_text(text + f"train_dataloader['dataset']['pipeline'] = {pipeline!r}\n")
+    proc = run(train_cmd(config, work_dir), timeout=300)
+    ended = time.time()
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    assert ended - float(sent.read_text()) < 10
+    log = read_log(work_dir)
+    assert 'SIGTERM received: saving a checkpoint at iteration 1' in log
+    checkpoint = torch.load(work_dir / 'iter_1.pth', weights_only=False)
+    assert checkpoint['meta']['iter'] == 1 and 'state_dict' in checkpoint
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_1.pth')

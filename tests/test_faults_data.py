@@ -52,19 +52,28 @@ def test_missing_corrupt_and_mislabelled_samples_are_skipped_and_counted(tmp_pat
     label = np.array(Image.open(labels / 'training_00003.png'))
     label[0, 0] = 200  # only 4 classes
     Image.fromarray(label).save(labels / 'training_00003.png')
+    for split in ('training/training_00004.png', 'validation/validation_00001.png'):  # truncated label maps
+        label = seg_copy / 'annotations' / split
+        label.write_bytes(label.read_bytes()[:60])
     proc, work_dir = train_seg(tmp_path, seg_copy, max_iters=6)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     log = read_log(work_dir)
-    assert 'skipping' in log and 'training_00001.png' in log and 'No such file' in log
+    # validation stops at its truncated label map, naming it (before: OSError: image file is truncated)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert (f'error: validation stopped: {seg_copy}/annotations/validation/validation_00001.png: '
+            f'unreadable label maps') in proc.stderr
+    assert 'training_00004.png (unreadable label maps): OSError: image file is truncated' in log
+    assert 'skipping' in log and 'training_00001.png (missing label maps): no such file' in log
     assert 'training_00002.jpg' in log
     assert 'training_00003.png' in log and 'label values [200] outside the 4 classes' in log
     # one warning per skip, numbered 1, 2, ... by the counter; each bad sample is drawn twice by
     # the sampler (12 draws over 8 samples), replacements drawn at random may hit a bad one again
-    counts = [int(n) for n in re.findall(r'^.*skipping .*\((\d+) bad sample\(s\) so far in this process\)$',
+    counts = [int(n) for n in re.findall(r'^.*skipping .*; (\d+) bad sample\(s\) so far in this process: ',
                                          log, re.MULTILINE)]
     assert counts == list(range(1, len(counts) + 1)) and len(counts) >= 6, counts
-    for name in ('training_00001', 'training_00002', 'training_00003'):
-        assert len(re.findall(rf'skipping .*{name}\.jpg', log)) >= 2, name
+    for name, path in (('training_00001', 'annotations/training/training_00001.png'),
+                       ('training_00002', 'images/training/training_00002.jpg'),
+                       ('training_00003', 'annotations/training/training_00003.png')):
+        assert len(re.findall(rf'skipping \S*{path} ', log)) >= 2, name
     assert 'Iter(train) [6/6]' in log  # nothing lost: the run went to the end
 
 
@@ -180,7 +189,7 @@ class Flaky:
         return dict(idx=idx)
 
     def get_data_info(self, idx):
-        return dict(img_path=f'img_{idx}.jpg')
+        return dict(sample_idx=idx)  # no files: only the loading itself fails
 
 
 def test_skip_count_is_exact_even_when_a_replacement_is_bad(monkeypatch):

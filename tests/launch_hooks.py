@@ -1,4 +1,4 @@
-"""Hooks used only by the launcher tests (imported through a config's custom_imports)."""
+"""Hooks and a transform used only by the launcher and fault tests (imported through a config's custom_imports)."""
 import os
 import signal
 import time
@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 from mmengine.hooks import Hook
-from mmengine.registry import HOOKS
+from mmcv.transforms import BaseTransform
+from mmengine.registry import HOOKS, TRANSFORMS
 
 
 @HOOKS.register_module()
@@ -134,3 +135,38 @@ class HangOnFirstAttemptHook(Hook):
                 f.write(str(os.getpid()))
             while True:
                 signal.pause()
+
+
+@HOOKS.register_module()
+class MarkIterDoneHook(Hook):
+    """After each iteration's other hooks (the preemption check included), write ``iter_N.done``."""
+
+    priority = 'LOWEST'
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        open(os.path.join(runner.work_dir, f'iter_{runner.iter + 1}.done'), 'w').close()
+
+
+@TRANSFORMS.register_module()
+class SignalFromRetries(BaseTransform):
+    """Pass the first ``good`` samples, fail every later one; at the ``signal_at``-th failure, that is
+    inside SkipBadSamples' retry loop, send SIGTERM to the training process (this one, or the parent
+    of a DataLoader worker, once ``wait_for`` exists: the main process then waits for this batch) and
+    write the time to ``signal_sent``."""
+
+    def __init__(self, good: int, signal_at: int, signal_sent: str, wait_for: Optional[str] = None) -> None:
+        self.good, self.signal_at, self.signal_sent, self.wait_for = good, signal_at, signal_sent, wait_for
+        self.calls = 0
+
+    def transform(self, results: dict) -> dict:
+        self.calls += 1
+        if self.calls <= self.good:
+            return results
+        if self.calls - self.good == self.signal_at:
+            in_worker = torch.utils.data.get_worker_info() is not None
+            while self.wait_for and not os.path.exists(self.wait_for):
+                time.sleep(0.05)  # a condition, not a duration: the main process finished the iteration
+            with open(self.signal_sent, 'w') as f:
+                f.write(repr(time.time()))
+            os.kill(os.getppid() if in_worker else os.getpid(), signal.SIGTERM)
+        raise ValueError('a bad sample')

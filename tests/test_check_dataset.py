@@ -1,5 +1,6 @@
 """tools/check_dataset.py: the right counts on the demo sets; a missing image folder, a missing
-annotation file, a corrupt JSON and classes that differ from the file's categories are named."""
+annotation file, a corrupt JSON and classes that differ from the file's categories are named; every
+kind of bad data (tests/bad_data.py, a truncated label map) is counted."""
 import json
 import runpy
 import shutil
@@ -8,8 +9,10 @@ import sys
 import pytest
 from mmengine.config import Config
 
+from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco
 from helpers import ROOT
 from xcit_dense.datasets.check import check_dataset
+from xcit_dense.datasets.problems import summary
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 DET_CONFIG = str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')
@@ -57,12 +60,15 @@ def test_counts_on_the_demo_sets(coco, tmp_path):
     write_segmentation_set(tmp_path, 'training', 3, size=(64, 64), seed=0)
     write_segmentation_set(tmp_path, 'validation', 2, size=(64, 64), seed=1)
     (tmp_path / 'annotations/validation/validation_00001.png').unlink()
+    label = tmp_path / 'annotations/training/training_00002.png'
+    label.write_bytes(label.read_bytes()[:60])  # truncated: PIL reads its header, not its pixels
     cfg = Config.fromfile(SEG_CONFIG)
     cfg.merge_from_dict({'train_dataloader.dataset.data_root': str(tmp_path),
                          'val_dataloader.dataset.data_root': str(tmp_path)})
     train, val = check_dataset(cfg)
     assert (train.images, train.annotations, train.without_annotations) == (3, 3, 0)
     assert (val.images, val.annotations, val.without_annotations) == (2, 1, 1)
+    assert train.bad_kinds == {'unreadable label maps': 1} and val.bad_kinds == {'missing label maps': 1}
 
 
 def test_a_broken_copy_is_named(coco, tmp_path, capsys):
@@ -91,3 +97,20 @@ def test_classes_that_differ_from_the_annotation_file(coco, capsys):
     options = {**det_options(coco), 'train_dataloader.dataset.metainfo.classes': classes}
     message = check_tool(DET_CONFIG, options, capsys)
     assert "only in the config ['hexagon'], only in the file ['triangle']" in message
+
+
+def test_every_kind_of_bad_data_is_named_and_counted(tmp_path, capsys):
+    """The set of tests/bad_data.py: each kind with its count, a non-zero exit, no traceback (before,
+    the string box crashed it with a TypeError and the rest passed as 'the data is complete')."""
+    root = tmp_path / 'coco'
+    write_bad_coco(root)
+    options = {**det_options(root), 'val_evaluator.ann_file': f'{root}/ann.json'}
+    for split in ('train', 'val'):
+        options.update({f'{split}_dataloader.dataset.ann_file': 'ann.json',
+                        f'{split}_dataloader.dataset.data_prefix.img': 'img/',
+                        f'{split}_dataloader.dataset.metainfo.classes': '(box,)'})
+    message = check_tool(DET_CONFIG, options, capsys)
+    for kind, count in {**ANNOTATION_KINDS, **SAMPLE_KINDS}.items():
+        assert f'  {kind}: {count}, e.g. ' in message, kind
+    assert f'error: train: bad data: {summary({**ANNOTATION_KINDS, **SAMPLE_KINDS})}' in message
+    assert 'the data is complete' not in message

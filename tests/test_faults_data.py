@@ -1,18 +1,25 @@
 """Data faults, provoked for real: missing and corrupt images, broken annotation files, empty
-images, degenerate boxes and polygons, out-of-range labels."""
+images, degenerate boxes and polygons, out-of-range labels, every kind of tests/bad_data.py,
+decoding bombs under a memory cap, and a SIGTERM inside the bad-sample retry loop."""
 import json
 import logging
 import re
 import shutil
+import signal
+import sys
+import time
 
 import numpy as np
 import pytest
+import torch
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-from helpers import ROOT, read_log, run, tiny_seg_config, train_cmd
+from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
+from helpers import ROOT, TESTS, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
+from xcit_dense.datasets.problems import summary
 
 
 class Collect(logging.Handler):
@@ -45,19 +52,28 @@ def test_missing_corrupt_and_mislabelled_samples_are_skipped_and_counted(tmp_pat
     label = np.array(Image.open(labels / 'training_00003.png'))
     label[0, 0] = 200  # only 4 classes
     Image.fromarray(label).save(labels / 'training_00003.png')
+    for split in ('training/training_00004.png', 'validation/validation_00001.png'):  # truncated label maps
+        label = seg_copy / 'annotations' / split
+        label.write_bytes(label.read_bytes()[:60])
     proc, work_dir = train_seg(tmp_path, seg_copy, max_iters=6)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     log = read_log(work_dir)
-    assert 'skipping' in log and 'training_00001.png' in log and 'No such file' in log
+    # validation stops at its truncated label map, naming it (before: OSError: image file is truncated)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert (f'error: validation stopped: {seg_copy}/annotations/validation/validation_00001.png: '
+            f'unreadable label maps') in proc.stderr
+    assert 'training_00004.png (unreadable label maps): OSError: image file is truncated' in log
+    assert 'skipping' in log and 'training_00001.png (missing label maps): no such file' in log
     assert 'training_00002.jpg' in log
     assert 'training_00003.png' in log and 'label values [200] outside the 4 classes' in log
     # one warning per skip, numbered 1, 2, ... by the counter; each bad sample is drawn twice by
     # the sampler (12 draws over 8 samples), replacements drawn at random may hit a bad one again
-    counts = [int(n) for n in re.findall(r'^.*skipping .*\((\d+) bad sample\(s\) so far in this process\)$',
+    counts = [int(n) for n in re.findall(r'^.*skipping .*; (\d+) bad sample\(s\) so far in this process: ',
                                          log, re.MULTILINE)]
     assert counts == list(range(1, len(counts) + 1)) and len(counts) >= 6, counts
-    for name in ('training_00001', 'training_00002', 'training_00003'):
-        assert len(re.findall(rf'skipping .*{name}\.jpg', log)) >= 2, name
+    for name, path in (('training_00001', 'annotations/training/training_00001.png'),
+                       ('training_00002', 'images/training/training_00002.jpg'),
+                       ('training_00003', 'annotations/training/training_00003.png')):
+        assert len(re.findall(rf'skipping \S*{path} ', log)) >= 2, name
     assert 'Iter(train) [6/6]' in log  # nothing lost: the run went to the end
 
 
@@ -173,7 +189,7 @@ class Flaky:
         return dict(idx=idx)
 
     def get_data_info(self, idx):
-        return dict(img_path=f'img_{idx}.jpg')
+        return dict(sample_idx=idx)  # no files: only the loading itself fails
 
 
 def test_skip_count_is_exact_even_when_a_replacement_is_bad(monkeypatch):
@@ -193,3 +209,69 @@ def test_skip_gives_up_after_max_tries_counting_every_try(monkeypatch):
     with pytest.raises(RuntimeError, match='4 samples in a row could not be loaded'):
         dataset[0]
     assert dataset.skipped == len(flaky.failed) == 4
+
+
+@pytest.mark.parametrize('workers', [0, 1])
+def test_sigterm_in_the_bad_sample_retry_loop_stops_at_once_with_the_last_checkpoint(tmp_path, seg_data, workers):
+    """Two good samples (iteration 1), then only bad ones: SIGTERM comes from inside the retry loop (in
+    this process, or from a DataLoader worker while the main process waits for the batch). Before the
+    fix the signal waited for the next iteration boundary, which never came (100 failed tries, rc 1)."""
+    work_dir, sent = tmp_path / 'run', tmp_path / 'signal_sent'
+    retries = dict(type='SignalFromRetries', good=2, signal_at=3, signal_sent=str(sent),
+                   wait_for=str(work_dir / 'iter_1.done') if workers else None)
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), retries, dict(type='PackSegInputs')]
+    config = tiny_seg_config(
+        tmp_path, seg_data, custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=[dict(type='MarkIterDoneHook')], train_cfg=dict(max_iters=4, val_interval=100),
+        default_hooks=dict(checkpoint=dict(interval=100), logger=dict(interval=1), visualization=dict(draw=False)))
+    text = config.read_text().replace("'batch_size': 2, 'num_workers': 0, 'persistent_workers': False",
+                                      f"'batch_size': 2, 'num_workers': {workers}, 'persistent_workers': False", 1)
+    assert f"'num_workers': {workers}," in text
+    config.write_text(text + f"train_dataloader['dataset']['pipeline'] = {pipeline!r}\n")
+    proc = run(train_cmd(config, work_dir), timeout=300)
+    ended = time.time()
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    assert ended - float(sent.read_text()) < 10
+    log = read_log(work_dir)
+    assert 'SIGTERM received: saving a checkpoint at iteration 1' in log
+    checkpoint = torch.load(work_dir / 'iter_1.pth', weights_only=False)
+    assert checkpoint['meta']['iter'] == 1 and 'state_dict' in checkpoint
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_1.pth')
+
+
+def test_every_kind_of_bad_data_is_skipped_in_training_and_stops_validation(tmp_path):
+    """The set of tests/bad_data.py: one iteration over all its images (each bad one skipped, counted by
+    kind), then a validation that stops at the first bad image, naming it, without a traceback."""
+    root = tmp_path / 'coco'
+    write_bad_coco(root)
+    proc = run(train_cmd(tiny_det_config(tmp_path, root), tmp_path / 'run'), timeout=300)
+    log = read_log(tmp_path / 'run')
+    assert 'Iter(train) [1/1]' in log, proc.stderr[-3000:]
+    dropped = re.search(r'ann\.json: skipped (.*)$', log, re.MULTILINE).group(1)
+    assert dropped == summary(ANNOTATION_KINDS)
+    skipped = re.findall(r'skipping (\S+) \(([^)]+)\): ', log)
+    assert {kind for _, kind in skipped} == set(SAMPLE_KINDS)
+    assert {path for path, _ in skipped} == {str(root / 'img' / name) for name in
+                                             ('garbage.jpg', 'truncated.png', 'bomb.png', '../outside.jpg')} | {
+        str(tmp_path / 'outside.jpg')}
+    last = re.findall(r'(\d+) bad sample\(s\) so far in this process: (.*)$', log, re.MULTILINE)[-1]
+    assert int(last[0]) == len(skipped) and all(kind in last[1] for kind in SAMPLE_KINDS)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert f'error: validation stopped: {root}/img/garbage.jpg: unreadable images' in proc.stderr
+
+
+def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path):
+    """An RLE mask and a PNG header declaring 262144^2 pixels (64 GiB a mask, 192 GiB an image) go through
+    the real mmdet datasets and pipeline in a process whose address space is capped at its size + 1 GiB:
+    each is refused, by kind, before anything is allocated for it (without the checks numpy or OpenCV
+    fail at once on the cap instead)."""
+    root = tmp_path / 'coco'
+    write_bomb_coco(root)
+    proc = run([sys.executable, str(TESTS / 'capped_load.py'), str(root)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.splitlines()[-1])
+    # CheckedCocoDataset drops the bomb when it reads the file; behind a plain CocoDataset, the sample
+    # guard refuses the image against the real image's size
+    assert results['checked'] == {'dropped': {'bad RLE masks': 1}, 'good.jpg': 'loaded',
+                                  'bomb.png': 'images over the pixel limit'}
+    assert results['plain'] == {'good.jpg': 'bad RLE masks', 'bomb.png': 'images over the pixel limit'}

@@ -1,10 +1,12 @@
-"""Inference on awkward inputs: extreme sizes and aspect ratios, grayscale, RGBA, 16-bit PNG."""
+"""Inference on awkward inputs: extreme sizes and aspect ratios, grayscale, RGBA, 16-bit PNG, a JPEG
+whose header declares 40000x40000 pixels."""
 import json
 import sys
 
 import numpy as np
 from PIL import Image
 
+from bad_data import jpeg_declaring
 from helpers import ROOT, run, tiny_seg_config, train_cmd
 
 
@@ -21,6 +23,7 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):
     Image.fromarray(rng.integers(0, 255, (50, 70, 4), dtype=np.uint8), 'RGBA').save(images / 'rgba.png')
     Image.fromarray(rng.integers(0, 65535, (50, 70), dtype=np.uint16)).save(images / 'deep.png')
     (images / 'notes.txt').write_text('not an image')
+    jpeg_declaring(images / 'bomb.jpg', 40000, 40000)  # OpenCV's own limit raised cv2.error: infer aborted
     proc = run([sys.executable, str(ROOT / 'tools/infer.py'), str(config),
                 str(tmp_path / 'run' / 'iter_1.pth'), str(images), '--out-dir', str(tmp_path / 'out')], timeout=900)
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
@@ -32,3 +35,5 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, seg_data):
     assert Image.open(tmp_path / 'out/gray.png').size == (538, 384)  # 50 x 70 enlarged to --min-size 384
     assert Image.open(tmp_path / 'out/thin.png').size == (2048, 17)  # not past --max-size: 17 x 2000 stays small
     assert 'error' in results['notes.txt'] and proc.returncode == 1
+    assert 'images over the pixel limit: its header declares 40000x40000 pixels' in results['bomb.jpg']['error']
+    assert 'rgba.png' in results and 'thin.png' in results  # the images after it were processed

@@ -1,5 +1,6 @@
 """Check a config's training and validation data before a run: images found and missing,
-annotations, classes against the annotation file, images without annotations, image sizes.
+annotations, classes against the annotation file, images without annotations, image sizes, and
+the bad data (annotations the dataset drops, samples training would skip) counted by kind.
 Exits 1 naming what is wrong."""
 import argparse
 import sys

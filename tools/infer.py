@@ -3,7 +3,7 @@
 For each image (a file, or every file of a folder) it writes a picture of the predictions
 (boxes, masks and class names with scores, or a segmentation overlay) to OUT_DIR/<name>.png and
 adds the raw predictions to OUT_DIR/results.json (boxes in pixels, masks as COCO RLE). A file
-that is missing or not an image is reported and skipped; the other images are still processed,
+that is missing, not an image, damaged or over --max-pixels is reported and skipped; the other images are still processed,
 and the exit status is 1 if any input failed.
 """
 import argparse
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, List
 
+import cv2
 import mmcv
 import numpy as np
 import torch.nn.functional as F
@@ -21,6 +22,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from xcit_dense.builder import load_config
+from xcit_dense.datasets.files import DEFAULT_MAX_PIXELS, check_image_file
+from xcit_dense.datasets.problems import BadSample
 from xcit_dense.inference import build_inferencer, predict_image, prediction_record
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
@@ -40,6 +43,9 @@ def parse_args() -> argparse.Namespace:
                         help='pictures of smaller images are enlarged to this short side')
     parser.add_argument('--max-size', type=int, default=2048,
                         help='... but never beyond this long side (a 17x2000 strip stays a strip)')
+    parser.add_argument('--max-pixels', type=int, default=DEFAULT_MAX_PIXELS,
+                        help='images whose header declares more pixels are refused before decoding '
+                             '(a few bytes can declare 40000x40000)')
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
     return parser.parse_args()
@@ -55,11 +61,18 @@ def list_inputs(inputs: List[str]) -> Iterator[str]:
             yield item
 
 
-def read_image(path: str) -> np.ndarray:
-    """A BGR image; FileNotFoundError or ValueError with the reason otherwise."""
+def read_image(path: str, max_pixels: int) -> np.ndarray:
+    """A BGR image, its header checked against ``max_pixels`` before decoding; FileNotFoundError
+    or ValueError with the reason otherwise (any decoding error of OpenCV or PIL included)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f'{path}: no such file')
-    image = mmcv.imread(path)  # None when the bytes do not decode as an image
+    try:
+        check_image_file(path, max_pixels=max_pixels)
+        image = mmcv.imread(path)  # None when the bytes do not decode as an image
+    except BadSample as exc:
+        raise ValueError(f'{path}: {exc.kind}: {exc.detail}') from None
+    except (cv2.error, OSError, MemoryError) as exc:
+        raise ValueError(f'{path}: cannot be decoded: {type(exc).__name__}: {str(exc).strip()[:300]}') from None
     if image is None:
         raise ValueError(f'{path}: not an image (cannot be decoded)')
     return image
@@ -125,7 +138,7 @@ def main() -> None:
     results, pictures, used, failures = [], [], set(), 0
     for path in tqdm(inputs, desc='inference', unit='image'):
         try:
-            image = read_image(path)
+            image = read_image(path, args.max_pixels)
         except (FileNotFoundError, ValueError) as exc:
             tqdm.write(f'error: {exc}', file=sys.stderr)
             results.append(dict(image=path, error=str(exc)))

@@ -15,7 +15,8 @@ from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, 
                                    read_checkpoint)
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
-from xcit_dense.engine.run_config import adapt_to_machine, declare_hooks
+from xcit_dense.datasets.problems import bad_sample_message
+from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks
 from xcit_dense.tasks import task_of_config
 
 
@@ -77,6 +78,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     adapt_to_machine(cfg)
     configure_outputs(cfg, args.out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
+    check_samples(cfg, ['test_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
     cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
@@ -86,7 +88,14 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     except CheckpointError as exc:
         sys.exit(f'error: {exc}')
     runner.logger.info(f'Test plan: {describe_topology(backend)}')
-    runner.test()
+    try:
+        runner.test()
+    except Exception as exc:
+        bad = bad_sample_message(exc)  # the metric would be over fewer images
+        if bad is None:
+            raise
+        runner.logger.error(f'test stopped: {bad}')
+        sys.exit(f'error: test stopped: {bad}')
 
 
 if __name__ == '__main__':

@@ -17,9 +17,9 @@ from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, 
                                    find_resumable_checkpoint)
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node, restart
 from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, configure_amp,
-                                          configure_training_hooks, seed_from_checkpoint,
-                                          skip_bad_training_samples)
+from xcit_dense.datasets.problems import bad_sample_message
+from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, check_samples,
+                                          configure_amp, configure_training_hooks, seed_from_checkpoint)
 from xcit_dense.tasks import task_of_config
 
 
@@ -83,7 +83,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     configure_amp(cfg, args.amp)
     add_vis_backends(cfg, args.vis_backend)
     configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
-    skip_bad_training_samples(cfg)
+    check_samples(cfg, ['train_dataloader', 'val_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
 
     resume_from = None
@@ -116,6 +116,12 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     except (NonFiniteLossError, CheckpointError) as exc:
         runner.logger.error(str(exc))
         sys.exit(f'error: {exc}')
+    except Exception as exc:
+        bad = bad_sample_message(exc)  # a validation sample: the metric would be over fewer images
+        if bad is None:
+            raise
+        runner.logger.error(f'validation stopped: {bad}')
+        sys.exit(f'error: validation stopped: {bad}')
 
 
 if __name__ == '__main__':

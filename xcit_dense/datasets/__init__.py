@@ -1,4 +1,5 @@
-"""Datasets: synthetic sets in the COCO and ADE20K formats, and checked/robust loading.
+"""Datasets: synthetic sets in the COCO and ADE20K formats, and checked/robust loading (bad data
+named by kind, ``problems``).
 
 ``CheckedCocoDataset`` subclasses mmdet's ``CocoDataset``, so its module is imported only when
 the class is used or a config builds it: importing this package does not import mmdet.
@@ -7,7 +8,7 @@ from typing import Any
 
 from mmengine.registry import DATASETS
 
-from .robust import SkipBadSamples
+from .robust import SkipBadSamples, StopOnBadSamples
 
 
 @DATASETS.register_module(name='CheckedCocoDataset')
@@ -25,4 +26,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-__all__ = ['CheckedCocoDataset', 'SkipBadSamples']
+__all__ = ['CheckedCocoDataset', 'SkipBadSamples', 'StopOnBadSamples']

@@ -1,5 +1,7 @@
 """What a config's training and validation data hold, read through the real dataset classes:
-images found and missing, annotations, classes against the annotation file, image sizes.
+images found and missing, annotations, classes against the annotation file, image sizes, and
+every sample or annotation that training would skip, validation refuse or the dataset class
+drop, counted by kind in the words of ``problems`` (each image and label map is decoded).
 
 Used by tools/check_dataset.py before a long run, so that a wrong path, a half-extracted archive
 or a class list that does not match the annotations is named instead of found hours later.
@@ -8,16 +10,19 @@ import contextlib
 import copy
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from statistics import median
-from typing import List, Optional, Sequence, Tuple
+from collections import Counter
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 from mmengine.registry import DATASETS, DefaultScope
 from PIL import Image
 
 from ..data_files import DataFilesError, config_datasets, check_data_files
+from .files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
+from .problems import MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
+from .robust import check_sample_files, sample_folders
 
 SPLITS = dict(train='train_dataloader', val='val_dataloader')
 
@@ -36,6 +41,12 @@ class SplitReport:
     without_annotations: int = 0
     sizes: List[Tuple[int, int]] = field(default_factory=list)  # (height, width) of each image
     problems: List[str] = field(default_factory=list)
+    bad_kinds: Counter = field(default_factory=Counter)  # samples and annotations, by kind
+    bad_examples: Dict[str, str] = field(default_factory=dict)  # the first of each kind
+
+    def add_bad(self, kind: str, count: int, example: str) -> None:
+        self.bad_kinds[kind] += count
+        self.bad_examples.setdefault(kind, example)
 
     def lines(self) -> List[str]:
         """The report as printed: a header line, then one indented line per item."""
@@ -54,6 +65,7 @@ class SplitReport:
             out.append('  image sizes (h x w): ' + ', '.join(
                 f'{name} {int(pick(heights))}x{int(pick(widths))}'
                 for name, pick in (('min', min), ('median', median), ('max', max))))
+        out += [f'  {kind}: {n}, e.g. {self.bad_examples[kind]}' for kind, n in sorted(self.bad_kinds.items())]
         out += [f'  problem: {p}' for p in self.problems]
         return out
 
@@ -83,23 +95,38 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     except DataFilesError as exc:
         report.problems.append(str(exc))
         return report
-    dataset = _build(dataset_cfg, cfg.get('default_scope', 'mmengine'))
+    try:
+        dataset = _build(dataset_cfg, cfg.get('default_scope', 'mmengine'))
+    except Exception as exc:  # an annotation file the dataset class cannot read: named, not a traceback
+        report.problems.append(f'{dataset_cfg.get("type")} cannot read its data: {type(exc).__name__}: {exc}')
+        return report
     report.classes = tuple(dataset.metainfo.get('classes', ()))
     segmentation = 'instances' not in (dataset.data_list[0] if dataset.data_list else {})  # mmseg's
     if segmentation:
         report.annotation_kind = 'label maps'
     else:
         report.file_classes = _coco_categories(dataset.ann_file)
+    for kind, count in getattr(dataset, 'problems', {}).items():  # what CheckedCocoDataset dropped
+        report.add_bad(kind, count, dataset.examples[kind])
+    folders, max_pixels = sample_folders(dataset), cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
     for info in dataset.data_list:
-        if not os.path.isfile(info['img_path']):
+        try:
+            check_sample_files(info, folders, max_pixels, decode=True)
+            bad = None
+        except BadSample as exc:
+            bad = exc
+        if bad and bad.kind == MISSING_IMAGE:
             report.missing_images.append(info['img_path'])
             continue
         report.images += 1
+        if bad:
+            report.add_bad(bad.kind, 1, f'{bad.path}: {bad.detail}')
         if segmentation:
-            has_labels = os.path.isfile(info['seg_map_path'])
+            has_labels = not (bad and bad.kind == MISSING_LABEL_MAP)
             report.annotations += has_labels
-            with Image.open(info['img_path']) as image:
-                report.sizes.append((image.height, image.width))
+            if not bad:
+                with Image.open(info['img_path']) as image:
+                    report.sizes.append((image.height, image.width))
         else:
             count = sum(1 for inst in info['instances'] if not inst.get('ignore_flag'))
             report.annotations += count
@@ -111,6 +138,9 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     elif report.missing_images:
         report.problems.append(f'{len(report.missing_images)} image(s) not found, e.g. '
                                f'{report.missing_images[0]}')
+    if report.bad_kinds:
+        report.problems.append('bad data: ' + summary(report.bad_kinds)
+                               + ' (the dataset drops bad annotations; training skips bad samples, validation and test stop at them)')
     if report.file_classes is not None and set(report.file_classes) != set(report.classes):
         only_cfg = sorted(set(report.classes) - set(report.file_classes))
         only_file = sorted(set(report.file_classes) - set(report.classes))

@@ -7,6 +7,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..checkpoint import read_checkpoint
+from ..datasets.files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
 
@@ -125,8 +126,18 @@ def seed_from_checkpoint(cfg: Config, checkpoint: str) -> None:
         cfg.randomness = dict(randomness, seed=seed)
 
 
-def skip_bad_training_samples(cfg: Config) -> None:
-    """Wrap the training set in ``SkipBadSamples``: a bad sample is reported and replaced."""
-    dataset = cfg.train_dataloader.dataset
-    if dataset.get('type') != 'SkipBadSamples':
-        cfg.train_dataloader.dataset = dict(type='SkipBadSamples', dataset=dataset)
+def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
+    """Wrap the datasets of ``loaders``: a bad training sample is reported, counted and replaced
+    (``SkipBadSamples``), a bad validation or test sample stops the run naming the file
+    (``StopOnBadSamples``). Both check image headers against the config's ``max_image_pixels``."""
+    max_pixels = cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
+    for loader in loaders:
+        dataloader = cfg.get(loader)
+        if not dataloader:
+            continue
+        wrapper = 'SkipBadSamples' if loader == 'train_dataloader' else 'StopOnBadSamples'
+        dataset = dataloader.dataset
+        if dataset.get('type') == wrapper:
+            dataset.setdefault('max_image_pixels', max_pixels)
+        else:
+            dataloader.dataset = dict(type=wrapper, dataset=dataset, max_image_pixels=max_pixels)

@@ -12,10 +12,54 @@ from mmengine.registry import HOOKS
 from ...checkpoint import write_pointer
 from ..dist import world_size
 
+_loading = False  # the main process is waiting for the next training batch (it may be interrupted)
+
+
+class _SignalWhileLoading(BaseException):
+    """Raised by the handler inside batch loading (e.g. a run of bad-sample retries): the run stops
+    there, with nothing of the iteration to lose. A BaseException: no ``except Exception`` of a
+    pipeline or of the bad-sample loop swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopWhileLoading:
+    """The training loop's batches (a DataLoader or an iterator over one), loaded interruptibly."""
+
+    def __init__(self, batches, hook: 'PreemptionHook', runner) -> None:
+        self._batches, self._hook, self._runner = batches, hook, runner
+
+    def __getattr__(self, name: str):
+        return getattr(self._batches, name)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __iter__(self) -> '_StopWhileLoading':
+        return _StopWhileLoading(iter(self._batches), self._hook, self._runner)
+
+    def __next__(self):
+        global _loading
+        signum = self._hook._received  # noted during validation, say: stop before loading more
+        if not signum:
+            _loading = True
+            try:
+                return next(self._batches)
+            except _SignalWhileLoading as stop:
+                signum = stop.signum
+            finally:
+                _loading = False
+        # the last completed iteration is runner.iter: its state is the model's now
+        self._hook._checkpoint_and_exit(self._runner, signum, step=self._runner.iter)
+
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
-    """On SIGTERM or SIGUSR1, checkpoint at the next iteration boundary and stop.
+    """On SIGTERM or SIGUSR1, checkpoint at the next iteration boundary and stop. In a run of one
+    process, a signal that arrives while the next batch is loaded (bad samples retried, slow
+    storage) stops at once, with the checkpoint of the last completed iteration.
 
     Under Slurm the job then requeues itself (``scontrol requeue``) so that the requeued run,
     started with ``--resume``, continues from that checkpoint. The process exits with
@@ -30,10 +74,19 @@ class PreemptionHook(Hook):
         self._received = 0
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
+        loop = runner.train_loop  # an iteration loop holds an iterator, an epoch loop its DataLoader
+        if world_size() > 1:  # ranks must agree on the iteration they stop at: the boundary only
+            return
+        if hasattr(loop, 'dataloader_iterator'):
+            loop.dataloader_iterator = _StopWhileLoading(loop.dataloader_iterator, self, runner)
+        else:
+            loop.dataloader = _StopWhileLoading(loop.dataloader, self, runner)
 
     def _on_signal(self, signum, frame) -> None:
-        """Only note the signal: the checkpoint is written between iterations."""
+        """Note the signal: the checkpoint is written between iterations, or now while loading."""
         self._received = signum
+        if _loading:
+            raise _SignalWhileLoading(signum)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Checkpoint, requeue and exit once any rank has been signalled."""
@@ -43,11 +96,14 @@ class PreemptionHook(Hook):
         signum = int(received.item())
         if not signum:
             return
+        self._checkpoint_and_exit(runner, signum, step=runner.iter + 1)
+
+    def _checkpoint_and_exit(self, runner, signum: int, step: int) -> None:
+        """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, exit 128 + N."""
         name = signal.Signals(signum).name
-        step = runner.iter + 1
         filename = f'iter_{step}.pth'
         runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')
-        runner.save_checkpoint(runner.work_dir, filename, by_epoch=False,
+        runner.save_checkpoint(runner.work_dir, filename, by_epoch=False, meta=dict(iter=step),
                                backend_args=dict(backend='atomic_local'))
         if runner.rank == 0:
             write_pointer(runner.work_dir, os.path.join(runner.work_dir, filename))

@@ -1,0 +1,116 @@
+"""Bad data as an attacker or a damaged copy would hand it over, written for the tests: a COCO set
+holding every bad-data variant, and files whose headers declare gigabytes in a few bytes."""
+import json
+import struct
+import zlib
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+from PIL import Image
+
+from helpers import ROOT
+
+BOMB_SIDE = 262144  # 262144^2 pixels: 64 GiB as one mask plane, 192 GiB as an RGB image
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG of a few dozen bytes whose header declares ``width`` x ``height`` RGB pixels."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+    header = struct.pack('>IIBBBBB', width, height, 8, 2, 0, 0, 0)
+    return b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', header) + chunk(b'IDAT', zlib.compress(b'')) + chunk(b'IEND', b'')
+
+
+def jpeg_declaring(path: Path, width: int, height: int) -> None:
+    """A small real JPEG whose frame header (SOF0) is rewritten to declare ``width`` x ``height``."""
+    Image.fromarray(np.full((16, 16, 3), 128, np.uint8)).save(path, quality=90)
+    data = bytearray(path.read_bytes())
+    sof = data.index(b'\xff\xc0')
+    data[sof + 5:sof + 9] = struct.pack('>HH', height, width)
+    path.write_bytes(bytes(data))
+
+
+def rle_bomb() -> dict:
+    """A 20-byte compressed RLE mask that declares BOMB_SIDE x BOMB_SIDE pixels."""
+    return dict(size=[BOMB_SIDE, BOMB_SIDE], counts='0' * 12)
+
+
+def good_box(ann_id: int, image_id: int) -> dict:
+    return dict(id=ann_id, image_id=image_id, category_id=1, bbox=[8, 8, 30, 30], area=900, iscrowd=0,
+                segmentation=[[8, 8, 38, 8, 38, 38, 8, 38]])
+
+
+# the kinds the set holds, with how many of each a reader must find
+SAMPLE_KINDS = {'unreadable images': 2, 'images over the pixel limit': 1, 'paths leaving data_root': 2}
+ANNOTATION_KINDS = {'boxes of zero or negative size': 1, 'boxes with NaN or infinite values': 2,
+                    'boxes that are not four numbers': 1, 'polygons with fewer than three points': 1,
+                    'bad RLE masks': 1}
+
+
+def write_bad_coco(root: Path) -> Dict[str, Path]:
+    """``root/img/*`` and ``root/ann.json`` (one class, 64x64 images): two good images, the first with
+    every bad annotation besides its good one, then one image of each bad-sample kind (each with a good
+    box, so that training does not filter it out). Returns the files by name."""
+    (root / 'img').mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    files = {}
+    for name in ('good_0.jpg', 'good_1.jpg'):
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(root / 'img' / name)
+    (root / 'img' / 'garbage.jpg').write_bytes(b'\xff\xd8 this is not a JPEG')
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(root / 'img' / 'whole.png')
+    whole = (root / 'img' / 'whole.png').read_bytes()
+    (root / 'img' / 'truncated.png').write_bytes(whole[:len(whole) // 2])
+    (root / 'img' / 'whole.png').unlink()
+    (root / 'img' / 'bomb.png').write_bytes(png_header(BOMB_SIDE, BOMB_SIDE))
+    files['outside'] = root.parent / 'outside.jpg'  # a readable image, but not the dataset's
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(files['outside'])
+    names = ['good_0.jpg', 'good_1.jpg', 'garbage.jpg', 'truncated.png', 'bomb.png', '../outside.jpg',
+             str(files['outside'])]
+    images = [dict(id=i + 1, file_name=name, width=64, height=64) for i, name in enumerate(names)]
+    anns = [good_box(i + 1, i + 1) for i in range(len(names))]
+    bad = [dict(bbox=[10, 10, 8, -3]), dict(bbox=[10, 10, float('nan'), 5]), dict(bbox=[1, 1, float('inf'), 5]),
+           dict(bbox='abcd'), dict(segmentation=[[30, 30]]), dict(segmentation=rle_bomb())]
+    for k, fields in enumerate(bad):
+        anns.append(dict(good_box(100 + k, 1), **fields))
+    (root / 'ann.json').write_text(json.dumps(dict(images=images, annotations=anns,
+                                                   categories=[dict(id=1, name='box')])))
+    files.update({name: root / 'img' / name for name in names[:5]})
+    return files
+
+
+def write_bomb_coco(root: Path) -> None:
+    """``root/img/{good.jpg,bomb.png}`` and ``root/ann.json``: a good image whose second annotation is
+    the RLE bomb, and an image whose header is the 192 GiB bomb (each with a good box too)."""
+    (root / 'img').mkdir(parents=True)
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(root / 'img' / 'good.jpg')
+    (root / 'img' / 'bomb.png').write_bytes(png_header(BOMB_SIDE, BOMB_SIDE))
+    images = [dict(id=1, file_name='good.jpg', width=64, height=64), dict(id=2, file_name='bomb.png', width=64,
+                                                                        height=64)]
+    anns = [good_box(1, 1), dict(good_box(2, 1), segmentation=rle_bomb()), good_box(3, 2)]
+    (root / 'ann.json').write_text(json.dumps(dict(images=images, annotations=anns,
+                                                   categories=[dict(id=1, name='box')])))
+
+
+def tiny_det_config(tmp_path: Path, root: Path) -> Path:
+    """The demo Mask R-CNN, shrunk for a CPU test, on the set of ``write_bad_coco``: one iteration
+    over all 7 images in order, then a validation on the same set."""
+    dataset = dict(data_root=str(root), ann_file='ann.json', data_prefix=dict(img='img/'),
+                   metainfo=dict(classes=('box',)))
+    config = tmp_path / 'bad_det.py'
+    config.write_text(
+        f"_base_ = [{str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')!r}]\n"
+        "model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)),\n"
+        "             neck=dict(in_channels=[64] * 4),\n"
+        "             roi_head=dict(bbox_head=dict(num_classes=1), mask_head=dict(num_classes=1)))\n"
+        f"train_dataloader = dict(batch_size=7, num_workers=0, persistent_workers=False, batch_sampler=None,\n"
+        f"    sampler=dict(type='InfiniteSampler', shuffle=False), dataset=dict({dataset!r}))\n"
+        f"val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False, dataset=dict({dataset!r}))\n"
+        "test_dataloader = val_dataloader\n"
+        f"val_evaluator = dict(ann_file={str(root / 'ann.json')!r}, metric=['bbox'])\n"
+        "test_evaluator = val_evaluator\n"
+        "train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=1, val_interval=1)\n"
+        "param_scheduler = []\n"
+        "log_processor = dict(by_epoch=False)\n"
+        "default_hooks = dict(checkpoint=dict(interval=1, by_epoch=False), logger=dict(interval=1))\n")
+    return config

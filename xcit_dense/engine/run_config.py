@@ -9,6 +9,7 @@ from mmengine.logging import print_log
 from ..checkpoint import read_checkpoint
 from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
+from .optim_wrappers import GUARDED
 
 
 def replace_sync_bn(node: Any) -> int:
@@ -59,7 +60,8 @@ def add_vis_backends(cfg: Config, names: Iterable[str]) -> None:
 
 
 def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
-    """Mixed precision: fp16 with dynamic loss scaling or bf16; fp32 (with a message) on CPU."""
+    """Mixed precision: fp16 with dynamic loss scaling, or bf16 without a loss scaler (bf16 keeps
+    float32's exponent range); fp32 (with a message) on CPU."""
     if dtype is None:
         return
     if dtype not in ('fp16', 'bf16'):
@@ -68,12 +70,11 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         print_log(f'--amp {dtype} asked for, but there is no GPU: training in fp32', logger='current',
                   level=logging.WARNING)
         return
-    cfg.optim_wrapper.type = 'AmpOptimWrapper'
     if dtype == 'fp16':
-        cfg.optim_wrapper.loss_scale = 'dynamic'
-        cfg.optim_wrapper.dtype = 'float16'
+        cfg.optim_wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic', dtype='float16')
     else:
-        cfg.optim_wrapper.dtype = 'bfloat16'
+        cfg.optim_wrapper.pop('loss_scale', None)
+        cfg.optim_wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
 
 
 def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
@@ -99,9 +100,14 @@ def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> N
 
 def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
     """The toolkit's training hooks with this run's arguments: the batch plan in checkpoints,
-    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes."""
+    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes; with the loss guard's
+    hook on, the optimizer wrapper is its guarded type (``Guarded*OptimWrapper``)."""
     declare_hooks(cfg)
     default_hooks = cfg.default_hooks
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    if 'nonfinite_loss' in default_hooks or 'NonFiniteLossHook' in custom:
+        kind = cfg.optim_wrapper.get('type', 'OptimWrapper')
+        cfg.optim_wrapper.type = GUARDED.get(kind, kind)
     if 'batch_plan' in default_hooks:
         default_hooks['batch_plan']['plan'] = plan
     if skip_nonfinite and 'nonfinite_loss' in default_hooks:

@@ -4,13 +4,14 @@ import signal
 import subprocess
 import sys
 
-import torch
-import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...checkpoint import write_pointer
-from ..dist import world_size
+from ..collectives import meet
+from ..optim_wrappers import step_agreement
+from ..step_agreement import clear_signal, note_signal
+from .rng_state import RNGStateHook
 
 
 @HOOKS.register_module()
@@ -19,7 +20,9 @@ class PreemptionHook(Hook):
 
     Under Slurm the job then requeues itself (``scontrol requeue``) so that the requeued run,
     started with ``--resume``, continues from that checkpoint. The process exits with
-    128 + the signal number. All ranks stop at the same iteration.
+    128 + the signal number. All ranks stop at the same iteration, the end of an optimizer step
+    (with gradient accumulation, the step under way is finished first); they learn of a signal
+    in the step's one agreement (``step_agreement``).
     """
 
     priority = 'VERY_LOW'  # after the regular checkpoint hook
@@ -27,22 +30,24 @@ class PreemptionHook(Hook):
 
     def before_train(self, runner) -> None:
         """Catch the signals instead of dying mid-iteration."""
-        self._received = 0
+        clear_signal()
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
         """Only note the signal: the checkpoint is written between iterations."""
-        self._received = signum
+        note_signal(signum)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Checkpoint, requeue and exit once any rank has been signalled."""
-        received = torch.tensor([self._received])
-        if world_size() > 1:  # every rank stops when any rank was signalled
-            dist.all_reduce(received, op=dist.ReduceOp.MAX)
-        signum = int(received.item())
+        if not runner.optim_wrapper.should_update():  # inside an accumulation: stop at its step
+            return
+        signum = step_agreement(runner.optim_wrapper).signal
         if not signum:
             return
+        for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
+            if isinstance(hook, RNGStateHook):
+                hook.gather(runner)
         name = signal.Signals(signum).name
         step = runner.iter + 1
         filename = f'iter_{step}.pth'
@@ -55,6 +60,5 @@ class PreemptionHook(Hook):
             if job:
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
-        if world_size() > 1:
-            dist.barrier()
+        meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
         sys.exit(128 + signum)

@@ -5,10 +5,10 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 import torch
-from mmengine.dist import all_gather_object
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
+from ..collectives import gather_objects
 from ..dist import world_size
 
 
@@ -28,6 +28,19 @@ def set_rng_state(state: dict) -> None:
     cuda = state.get('cuda')
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
+
+
+def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
+    """Whether ``hook`` is a checkpoint hook that writes a checkpoint after this iteration (its
+    own rule, for iteration and epoch schedules)."""
+    if not isinstance(hook, CheckpointHook):
+        return False
+    if not hook.by_epoch:
+        return bool(hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
+                    or (hook.save_last and hook.is_last_train_iter(runner)))
+    return hook.end_of_epoch(runner.train_dataloader, batch_idx) and bool(
+        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
+        or (hook.save_last and hook.is_last_train_epoch(runner)))
 
 
 class _RestoreAfterSkip:
@@ -53,8 +66,9 @@ class RNGStateHook(Hook):
     """Save each rank's RNG states in ``checkpoint['meta']['rng_states']``; restore on resume.
 
     The states saved are those at the end of the last training iteration. A checkpoint is
-    written by rank 0 alone, so in a distributed run all ranks' states are gathered after every
-    iteration (a few kilobytes each). Validation leaves the states as it found them, since a
+    written by rank 0 alone, so all ranks' states are gathered (a few kilobytes each) at the
+    iterations that write a checkpoint: those of the checkpoint hook's schedule, and a
+    preemption stop (the preemption hook calls ``gather``). Validation leaves the states as it found them, since a
     resumed run does not repeat it.
     """
 
@@ -62,17 +76,33 @@ class RNGStateHook(Hook):
 
     def __init__(self) -> None:
         self._latest: Optional[List[dict]] = None
+        self._own: Optional[dict] = None
+        self._gathered_at = -1  # runner.iter of the gather
         self._loaded: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        """Note every rank's states, ready for a checkpoint written at this iteration."""
-        state = get_rng_state()
-        self._latest = all_gather_object(state) if world_size() > 1 else [state]
+        """Note this rank's states; gather every rank's when a checkpoint is written now."""
+        self._own = get_rng_state()
+        if any(_saves_after(hook, runner, batch_idx) for hook in runner.hooks):
+            self.gather(runner)
+
+    def gather(self, runner) -> None:
+        """Every rank's states after this iteration, ready for the checkpoint (a collective: all
+        ranks call it at the same iteration)."""
+        self._latest = gather_objects(self._own if self._own is not None else get_rng_state())
+        self._gathered_at = runner.iter
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Store the states of all ranks, indexed by rank."""
-        checkpoint.setdefault('meta', {})['rng_states'] = self._latest or [get_rng_state()]
+        """Store the states of all ranks, indexed by rank; in a distributed run only at the
+        iterations they were gathered for (not in a best checkpoint written after validation)."""
+        if self._latest is not None and self._gathered_at == runner.iter:
+            states = self._latest
+        elif world_size() == 1:
+            states = [self._own if self._own is not None else get_rng_state()]
+        else:
+            return
+        checkpoint.setdefault('meta', {})['rng_states'] = states
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Keep the checkpoint's states (none in one written before this hook) for training."""

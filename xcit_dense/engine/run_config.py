@@ -2,6 +2,7 @@
 import logging
 from typing import Any, Iterable, Optional
 
+import torch
 import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
@@ -28,19 +29,22 @@ def replace_sync_bn(node: Any) -> int:
 
 
 def adapt_to_machine(cfg: Config) -> None:
-    """SyncBN -> BN without a process group or without a GPU; DDP without device ids on CPU.
+    """SyncBN -> BN without a process group or without a GPU; DDP on the device set for this rank.
 
-    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one)."""
+    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one). MMEngine
+    gives DDP ``device_ids=[LOCAL_RANK]``, which is not the device set when Slurm binds one GPU
+    per task (engine/dist.py's ``cuda_device_index``): the wrapper gets the current device."""
     on_gpu, grouped = gpus_present(), dist.is_initialized()
     if not grouped or not on_gpu:
         if replace_sync_bn(cfg.model):
             reason = 'one process' if not grouped else 'no GPU'
             print_log(f'SyncBN replaced by BN ({reason})', logger='current')
-    if grouped and not on_gpu:
+    if grouped:
         wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
         wrapper.update(cfg.get('model_wrapper_cfg') or {})
-        wrapper['device_ids'] = None  # a CPU module takes no device ids
+        # a CPU module takes no device ids
+        wrapper['device_ids'] = [torch.cuda.current_device()] if on_gpu else None
         cfg.model_wrapper_cfg = wrapper
 
 

@@ -13,21 +13,35 @@ from ..dist import world_size
 
 
 def get_rng_state() -> dict:
-    """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states."""
+    """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states; CUDA's
+    of the device set for this rank, the only one it draws on."""
     state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        state['cuda'] = torch.cuda.get_rng_state()
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    """Put back the states of ``get_rng_state``; CUDA's only where there are as many GPUs."""
+def set_rng_state(state: dict) -> Optional[str]:
+    """Put back the states of ``get_rng_state``; returns what could not be restored (None: all).
+
+    A CUDA state goes to this rank's current device. A list of per-device states (checkpoints
+    written before the per-device rule) is restored only onto as many visible GPUs."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
     torch.set_rng_state(state['torch'])
     cuda = state.get('cuda')
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+    if cuda is None:
+        return None
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if isinstance(cuda, (list, tuple)):
+        if len(cuda) != visible:
+            return f'the CUDA states of {len(cuda)} GPU(s), but this process sees {visible}'
         torch.cuda.set_rng_state_all(cuda)
+    elif not visible:
+        return 'the CUDA state, since this process sees no GPU'
+    else:
+        torch.cuda.set_rng_state(cuda)
+    return None
 
 
 def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
@@ -43,19 +57,28 @@ def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
         or (hook.save_last and hook.is_last_train_epoch(runner)))
 
 
+def _log_restored(logger, missed: Optional[str]) -> None:
+    """Say what was restored, and what not."""
+    if missed:
+        logger.warning(f'RNG states restored from the checkpoint, except {missed}: those '
+                       f'random numbers continue from the seed')
+    else:
+        logger.info('RNG states restored from the checkpoint')
+
+
 class _RestoreAfterSkip:
     """The train loop's batch iterator, restoring RNG states once the batches trained before
     the checkpoint are skipped: skipping runs the pipeline, and its draws must not count."""
 
-    def __init__(self, batches: Iterator, skip: int, state: dict) -> None:
-        self.batches, self.skip, self.state = batches, skip, state
+    def __init__(self, batches: Iterator, skip: int, state: dict, logger) -> None:
+        self.batches, self.skip, self.state, self.logger = batches, skip, state, logger
 
     def __iter__(self) -> '_RestoreAfterSkip':
         return self
 
     def __next__(self):
         if self.skip == 0 and self.state is not None:
-            set_rng_state(self.state)
+            _log_restored(self.logger, set_rng_state(self.state))
             self.state = None
         self.skip -= 1
         return next(self.batches)
@@ -127,10 +150,9 @@ class RNGStateHook(Hook):
         loop = runner.train_loop
         if hasattr(loop, 'dataloader_iterator'):
             loop.dataloader_iterator = _RestoreAfterSkip(loop.dataloader_iterator, runner.iter,
-                                                         states[runner.rank])
+                                                         states[runner.rank], runner.logger)
         else:
-            set_rng_state(states[runner.rank])
-        runner.logger.info('RNG states restored from the checkpoint')
+            _log_restored(runner.logger, set_rng_state(states[runner.rank]))
 
     def before_val(self, runner) -> None:
         """Note the training streams' states before validation."""

@@ -109,7 +109,7 @@ def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = Fal
     declare_hooks(cfg)
     default_hooks = cfg.default_hooks
     custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
-    if 'nonfinite_loss' in default_hooks or 'NonFiniteLossHook' in custom:
+    if cfg.get('optim_wrapper') and ('nonfinite_loss' in default_hooks or 'NonFiniteLossHook' in custom):
         kind = cfg.optim_wrapper.get('type', 'OptimWrapper')
         cfg.optim_wrapper.type = GUARDED.get(kind, kind)
     if 'batch_plan' in default_hooks:

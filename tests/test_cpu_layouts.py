@@ -1,6 +1,8 @@
 """The CPU layouts of XCA, LPI and the block residuals against timm's modules: outputs and gradients.
 
 In float64 the gradients agree to rounding (the same function); in float32 the outputs agree to 1e-5.
+Every test runs twice: with the CPU layouts, and with the reference layout (what GPUs run) switched
+on, so that its gradients, training mode and ``with_cp`` are checked without a GPU.
 """
 import copy
 from functools import partial
@@ -10,8 +12,20 @@ import timm.models.xcit as timm_xcit
 import torch
 
 from helpers import randomize_
-from xcit_dense.models.layers import LPI, XCA, XCABlock
+from xcit_dense.models.layers import LPI, XCA, XCABlock, eager_cpu, reference_layout
 from xcit_dense.models.xcit import XCiT
+
+
+@pytest.fixture(autouse=True, params=['cpu layouts', 'reference layout'])
+def layout(request):
+    """Each test once per layout; the check that the switch really switches is part of it."""
+    if request.param == 'cpu layouts':
+        assert eager_cpu(torch.zeros(1))
+        yield
+        return
+    with reference_layout():
+        assert not eager_cpu(torch.zeros(1))
+        yield
 
 
 def _shared(ours: torch.nn.Module, reference: torch.nn.Module, seed: int = 0) -> None:

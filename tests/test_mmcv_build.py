@@ -313,8 +313,16 @@ def test_runtime_check_passes_a_gpu_inside_the_build(fake_gpu):
     assert cuda_ops.check_mmcv_cuda_arch() is None
 
 
-def test_runtime_check_ignores_cpu_only_mmcv_and_machines_without_gpu(fake_gpu, monkeypatch):
+def test_runtime_check_refuses_a_cpu_only_mmcv_on_a_gpu_node(fake_gpu):
     fake_gpu((8, 6), None, ())
+    with pytest.raises(RuntimeError, match=r'1 GPU\(s\) \(NVIDIA Fake GPU\).*built without CUDA ops: '
+                                           r'reinstall with XCIT_MMCV_CUDA=1 bash tools/install.sh'):
+        cuda_ops.check_mmcv_cuda_arch()
+
+
+def test_runtime_check_ignores_machines_without_gpu(fake_gpu, monkeypatch):
+    fake_gpu((8, 6), None, ())
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert cuda_ops.check_mmcv_cuda_arch() is None
     fake_gpu((8, 6), '13.0', ('9.0',))
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)

@@ -63,8 +63,8 @@ def test_compile_gives_the_same_outputs(tiny_xcit, monkeypatch):
 
 def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
     def broken(fn):
-        def run(*args):
-            raise RuntimeError('no C++ compiler found\nlong traceback ...')
+        def run(*args):  # what torch.compile raises when it cannot compile (inductor's come wrapped)
+            raise torch._dynamo.exc.InternalTorchDynamoError('no C++ compiler found\nlong traceback ...')
         return run
     monkeypatch.setattr(xcit_module, '_compiled', broken)
     plain, compiled = _pair(tiny_xcit, 8, compile=True)
@@ -83,7 +83,7 @@ def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
         expected = plain.eval()(x)
     assert compiled._compile_failed
     assert [r.getMessage() for r in records] == [
-        'XCiT: torch.compile failed, running eagerly (RuntimeError: no C++ compiler found)']
+        'XCiT: torch.compile failed, running eagerly (InternalTorchDynamoError: no C++ compiler found)']
     assert records[0].levelno == logging.WARNING
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
@@ -93,3 +93,28 @@ def test_speed_options_are_checked_in_configs():
     check_backbone(dict(type='XCiT', channels_last=True, compile=False, with_cp=True))
     with pytest.raises(ValueError, match=r'model\.backbone\.channels_last=.*expected bool'):
         check_backbone(dict(type='XCiT', channels_last='yes'))
+
+
+def test_an_error_of_the_compiled_run_is_not_a_compile_failure(tiny_xcit, monkeypatch):
+    """An out-of-memory (or any error) while the compiled code runs is the run's: no eager re-run,
+    which would issue the SyncBN collectives a second time on this rank alone."""
+    def oom(fn):
+        def run(*args):
+            raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')
+        return run
+    monkeypatch.setattr(xcit_module, '_compiled', oom)
+    _, compiled = _pair(tiny_xcit, 16, compile=True)
+    with pytest.raises(torch.OutOfMemoryError), torch.no_grad():
+        compiled.eval()(torch.randn(1, 3, 64, 64))
+    assert not compiled._compile_failed
+
+
+def test_with_cp_checkpoints_the_first_trainable_block_after_frozen_stages(monkeypatch):
+    calls = []
+    real = xcit_module.cp.checkpoint
+    monkeypatch.setattr(xcit_module.cp, 'checkpoint', lambda block, *a, **k: calls.append(block) or real(block, *a, **k))
+    model = xcit_module.XCiT(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3), frozen_stages=1,
+                 with_cp=True).train()
+    sum(out.sum() for out in model(torch.randn(1, 3, 64, 64))).backward()
+    assert calls == list(model.blocks[1:])
+    assert model.blocks[1].mlp.fc1.weight.grad is not None and model.blocks[0].mlp.fc1.weight.grad is None

@@ -6,6 +6,7 @@ import timm
 import torch
 
 from helpers import randomize_
+from xcit_dense.models.layers import reference_layout
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')
@@ -73,6 +74,17 @@ def test_token_maps_match_timm(arch, patch, tmp_path):
     for size in SIZES:
         assert compare(ours, reference, size) <= 1e-5, (arch, patch, size)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+def test_reference_layout_matches_timm(patch):
+    """The reference layout (what GPUs run), switched on for a CPU: timm's token maps too."""
+    reference = timm_reference('tiny_12', patch)
+    ours = XCiT(arch='tiny_12', patch_size=patch)
+    ours.load_state_dict(reference.state_dict(), strict=False)
+    with reference_layout():
+        for size in SIZES:
+            assert compare(ours.eval(), reference, size) <= 1e-5, (patch, size)
 
 
 @pytest.mark.parametrize('patch', [16, 8])

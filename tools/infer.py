@@ -24,7 +24,7 @@ from tqdm import tqdm
 from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import DEFAULT_MAX_PIXELS, check_image_file
 from xcit_dense.datasets.problems import BadSample
-from xcit_dense.inference import build_inferencer, predict_image, prediction_record
+from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
 
@@ -46,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--max-pixels', type=int, default=DEFAULT_MAX_PIXELS,
                         help='images whose header declares more pixels are refused before decoding '
                              '(a few bytes can declare 40000x40000)')
+    parser.add_argument('--device', help="where the model runs, e.g. cpu or cuda:1 (default: cuda:0 "
+                                         "when torch sees a GPU, else cpu)")
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
     return parser.parse_args()
@@ -123,8 +125,8 @@ def main() -> None:
     try:
         cfg = load_config(args.config)
         task = task_of_config(cfg)
-        inferencer = build_inferencer(cfg, args.checkpoint, device='cpu')
-    except (ValueError, CheckpointError) as exc:
+        inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device())
+    except (ValueError, CheckpointError, RuntimeError) as exc:
         sys.exit(f'error: {exc}')
     visualizer = inferencer.visualizer
     visualizer.alpha = 0.5

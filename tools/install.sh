@@ -34,9 +34,20 @@ pip_q() {
 }
 
 # A stamp of every requirements file, setup.py and the mmcv build settings: when it matches, nothing to do.
+# Under XCIT_MMCV_CUDA=auto it records the GPUs torch sees too: an install made where none was
+# visible (CPU ops only), run again on a GPU node, rebuilds mmcv with its CUDA ops.
 STAMP="$VENV/.xcit-dense-stamp"
-want_stamp="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT"
-want_stamp+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
+stamp() {
+  local s
+  s="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT"
+  s+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
+  if [ "${XCIT_MMCV_CUDA:-auto}" = auto ]; then
+    s+=" gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' \
+      2>/dev/null || echo unknown)"
+  fi
+  echo "$s"
+}
+want_stamp="$(stamp)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] \
    && "$PYTHON" -c "import mmcv.ops, mmdet, mmseg, xcit_dense" 2>/dev/null; then
   log "environment $VENV is up to date"
@@ -61,5 +72,5 @@ log "installing xcit-dense (editable) and the test tools"
 pip_q install -q --no-build-isolation --no-deps -e "$ROOT"
 pip_q install -q -r "$ROOT/requirements/tests.txt"
 "$PYTHON" -c "import mmcv.ops, mmdet.models, mmseg.models, xcit_dense"
-echo "$want_stamp" > "$STAMP"
+stamp > "$STAMP"  # torch is installed now: its GPU count is known
 log "done: $VENV"

@@ -15,13 +15,11 @@ require_positive_int() {  # require_positive_int NAME VALUE
   [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"
 }
 
-# GPUs on this node (0 without a driver); on a CPU-only node each "GPU" is one process.
+# GPUs this node's processes see, counted as torch counts them (0 without a driver); unlike
+# nvidia-smi this obeys CUDA_VISIBLE_DEVICES. On a CPU-only node each "GPU" is one process.
 node_gpus() {
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
-  else
-    echo 0
-  fi
+  "$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null \
+    || echo 0
 }
 
 require_devices() {  # require_devices COUNT

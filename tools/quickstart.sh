@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the stack if needed (see tools/install.sh), then run the main job, the demo:
-# generate the demo data if missing, train XCiT-T12/16 Mask R-CNN from scratch with 2 processes
-# (tools/dist_train.sh), evaluate it (COCO bbox/segm mAP), draw its predictions on validation
+# generate the demo data if missing, train XCiT-T12/16 Mask R-CNN from scratch with PROCS processes
+# (tools/dist_train.sh; default 2, or 1 where torch sees one GPU or the node has one core), evaluate it (COCO bbox/segm mAP), draw its predictions on validation
 # images and plot the training curves. `bash tools/quickstart.sh seg` (what
 # tools/quickstart_seg.sh runs) does the same for UperNet with mIoU.
 # A repeat resumes from the work dir's checkpoint: a finished training is not run again.
@@ -21,15 +21,22 @@ export PYTHON="${XCIT_VENV:-$ROOT/.venv}/bin/python"
 cd "$ROOT"
 export PORT="${PORT:-$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 
+source "$ROOT/tools/launch_common.sh"  # node_gpus: the GPUs torch sees
+if [ -z "${PROCS:-}" ]; then
+  gpus="$(node_gpus)"
+  if [ "$gpus" -gt 0 ]; then PROCS=$(( gpus < 2 ? gpus : 2 )); else PROCS=$(( $(nproc) < 2 ? 1 : 2 )); fi
+fi
+require_positive_int PROCS "$PROCS"
+
 start=$SECONDS
 step() { echo "[demo] $* ($((SECONDS - start)) s)"; }
 step "1/5 demo data"
 "$PYTHON" tools/make_demo_data.py --only "$DATA"
-step "2/5 training $CONFIG with 2 processes"
-bash tools/dist_train.sh "$CONFIG" 2 --work-dir "$WORK" --resume
+step "2/5 training $CONFIG with $PROCS process(es)"
+bash tools/dist_train.sh "$CONFIG" "$PROCS" --work-dir "$WORK" --resume
 CHECKPOINT="$(cat "$WORK/last_checkpoint")"
 step "3/5 evaluating $CHECKPOINT"
-bash tools/dist_test.sh "$CONFIG" "$CHECKPOINT" 2 --work-dir "$WORK/eval" 2>&1 | tee "$WORK/eval.log"
+bash tools/dist_test.sh "$CONFIG" "$CHECKPOINT" "$PROCS" --work-dir "$WORK/eval" 2>&1 | tee "$WORK/eval.log"
 trained=$SECONDS
 step "4/5 predictions on validation images"
 "$PYTHON" tools/infer.py "$CONFIG" "$CHECKPOINT" "$VAL_IMAGES" --limit 16 \

@@ -19,6 +19,8 @@ from torch import nn
 
 from .checkpoint import allow_mmengine_checkpoints, check_matches_model
 from .checkpoint import CheckpointError
+from .engine.cuda_ops import check_mmcv_cuda_arch
+from .engine.dist import gpus_present
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
 
@@ -53,11 +55,20 @@ def inferencer_class(task: Task) -> type:
     return type(f'Checked{stock.__name__}', (CheckedWeights, stock), {'__module__': __name__})
 
 
+def default_device() -> str:
+    """The current CUDA device where torch sees a GPU, else the CPU."""
+    return f'cuda:{torch.cuda.current_device()}' if gpus_present() else 'cpu'
+
+
 def build_inferencer(config: Union[str, Config], weights: str,
                      device: Optional[str] = None) -> BaseInferencer:
-    """The stock inferencer of the config's task on ``weights``, refusing a checkpoint of the
-    other task or of another model with ``CheckpointError``."""
+    """The stock inferencer of the config's task on ``weights`` (on ``device``, default
+    ``default_device()``), refusing a checkpoint of the other task or of another model with
+    ``CheckpointError``, and an mmcv build without ops for a GPU asked for with RuntimeError."""
     allow_mmengine_checkpoints()
+    device = device or default_device()
+    if device.startswith('cuda'):
+        check_mmcv_cuda_arch()
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
 

@@ -87,6 +87,8 @@ def build(name: str, spec: dict, device: torch.device) -> Tuple[nn.Module, Calla
             inputs = inputs.contiguous(memory_format=torch.channels_last)
     model.to(device)
     model.train(train)
+    if samples is not None:  # the annotations (boxes, masks, label maps) go where the model is
+        samples = [sample.to(device) for sample in samples]
     return model, make_step(model, inputs.to(device), samples, spec, device)
 
 

@@ -28,16 +28,37 @@ from typing import Iterator, List, NoReturn, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from . import netif
+from . import collectives, netif
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
-_NETWORK = ''  # how gloo reaches its peers, for the plan line ('' when gloo's default was kept)
+_NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)
 _RESTART: Tuple[int, str] = (0, '')  # how often, and by what, this group was restarted (see restart())
 
 
 def gpus_present() -> bool:
     """True only when CUDA devices really exist (a set CUDA_VISIBLE_DEVICES is not enough)."""
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def _bound_per_task() -> bool:
+    """Whether Slurm bound GPUs to each task (``--gpus-per-task`` or ``--gpu-bind``): each task then
+    sees its own GPU(s) from device 0 on, whatever its local rank."""
+    return 'SLURM_LOCALID' in os.environ and bool(
+        os.environ.get('SLURM_GPUS_PER_TASK') or os.environ.get('SLURM_GPU_BIND'))
+
+
+def cuda_device_index(local_rank: int, visible: int, bound_per_task: bool = False) -> int:
+    """The CUDA device of a rank: its local rank among the GPUs it sees, or device 0 when Slurm
+    bound one GPU to each task. A local rank beyond the visible GPUs is an error: taking it modulo
+    the count would put two ranks on one GPU (NCCL: "Duplicate GPU detected")."""
+    if bound_per_task and visible >= 1:
+        return 0
+    if not 0 <= local_rank < visible:
+        cvd = os.environ.get('CUDA_VISIBLE_DEVICES')
+        raise RuntimeError(f'LOCAL_RANK={local_rank}, but this process sees {visible} GPU(s)'
+                           f"{f' (CUDA_VISIBLE_DEVICES={cvd})' if cvd is not None else ''}: start at "
+                           f'most {visible} process(es) per node (GPUS={visible})')
+    return local_rank
 
 
 def job_port(job_id: str) -> int:
@@ -74,43 +95,50 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
     if missing:
         raise RuntimeError(f'launcher {launcher!r} needs the environment variables {missing}: start '
                            f'the run with tools/dist_train.sh (torchrun) or tools/slurm_train.sh')
-    local_rank = int(os.environ.get('LOCAL_RANK', 0))
     if gpus_present():
         backend = 'nccl'
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(cuda_device_index(int(os.environ.get('LOCAL_RANK', 0)),
+                                                torch.cuda.device_count(), _bound_per_task()))
     else:
         backend = 'gloo'
-        _choose_gloo_interface()
+    _choose_socket_interface(backend)
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    collectives.open_control_group(timeout_s)
     _agree_on_restart()
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
     return backend
 
 
-def _choose_gloo_interface() -> None:
-    """Make gloo advertise an address its peers can reach: the one on the route to MASTER_ADDR.
+def _choose_socket_interface(backend: str) -> None:
+    """Make gloo (and NCCL) advertise an address its peers can reach: the one on the route to
+    MASTER_ADDR.
 
     Left to itself, gloo advertises what the host name resolves to, often a loopback address
-    (Debian's /etc/hosts), which a rank on another node cannot connect to. An explicit
-    GLOO_SOCKET_IFNAME wins; with a loopback MASTER_ADDR (one node) gloo's default is kept."""
+    (Debian's /etc/hosts), which a rank on another node cannot connect to; NCCL picks the first
+    interface that is not loopback or docker, maybe not the one the nodes share. An explicit
+    GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME wins; with a loopback MASTER_ADDR (one node) the
+    libraries' defaults are kept. gloo is used on NCCL runs too, for the control collectives."""
     global _NETWORK
-    explicit = os.environ.get('GLOO_SOCKET_IFNAME')
-    if explicit:
-        _NETWORK = f' on GLOO_SOCKET_IFNAME={explicit} (as set)'
+    names = ['GLOO_SOCKET_IFNAME'] + (['NCCL_SOCKET_IFNAME'] if backend == 'nccl' else [])
+    explicit = [f'{name}={os.environ[name]}' for name in names if os.environ.get(name)]
+    if len(explicit) == len(names):
+        _NETWORK = f" on {', '.join(explicit)} (as set)"
         return
     try:
-        route = netif.gloo_interface()
+        route = netif.gloo_interface({k: v for k, v in os.environ.items() if k not in names})
     except OSError as exc:
         raise RuntimeError(f"MASTER_ADDR={os.environ.get('MASTER_ADDR')} cannot be reached from this "
-                           f"node ({exc}): set MASTER_ADDR to node 0's address, or GLOO_SOCKET_IFNAME "
+                           f"node ({exc}): set MASTER_ADDR to node 0's address, or {' and '.join(names)} "
                            f"to the interface of the network the nodes share") from exc
     if route is not None:
-        os.environ['GLOO_SOCKET_IFNAME'] = route.interface
-        _NETWORK = (f' on {route.interface} {route.address} (GLOO_SOCKET_IFNAME chosen: the route to '
-                    f'MASTER_ADDR {route.master})')
+        chosen = [name for name in names if not os.environ.get(name)]
+        for name in chosen:
+            os.environ[name] = route.interface
+        _NETWORK = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
+                    f"MASTER_ADDR {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
         if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
             node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
-            print(f'{socket.gethostname()} (node {node}): gloo{_NETWORK}', file=sys.stderr, flush=True)
+            print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
 
 
 def _agree_on_restart() -> None:
@@ -125,8 +153,7 @@ def _agree_on_restart() -> None:
     if requeues:
         _RESTART = (requeues, 'Slurm requeue')
     if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) > 0:
-        counts = [None] * dist.get_world_size()
-        dist.all_gather_object(counts, int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
+        counts = collectives.gather_objects(int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
         if max(counts):
             _RESTART = (max(counts), 'elastic restart')
 
@@ -202,12 +229,10 @@ def leave_process_group(sync_timeout_s: float = 60.0) -> None:
     not arrive, or when something still holds the group after its destruction."""
     if not dist.is_initialized():
         return
-    if dist.get_backend() == 'gloo':
-        dist.monitored_barrier(timeout=timedelta(seconds=sync_timeout_s))  # names a missing rank
-    else:
-        dist.barrier()
+    collectives.meet(sync_timeout_s)  # names a missing rank, on NCCL runs too (the gloo side group)
     gc.collect()  # a finished Runner and its DDP wrapper (which holds the group) sit in cycles
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # the side group with it
+    collectives.close_control_group()
     if gloo_worker_threads():
         raise RuntimeError('the process group is still referenced after destroy_process_group: its '
                            'gloo threads would run into interpreter exit (see docs/exit-abort.md)')

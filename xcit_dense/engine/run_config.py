@@ -2,6 +2,7 @@
 import logging
 from typing import Any, Iterable, Optional
 
+import torch
 import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
@@ -10,6 +11,7 @@ from ..checkpoint import read_checkpoint
 from ..datasets.files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
+from .optim_wrappers import GUARDED
 
 
 def replace_sync_bn(node: Any) -> int:
@@ -28,19 +30,22 @@ def replace_sync_bn(node: Any) -> int:
 
 
 def adapt_to_machine(cfg: Config) -> None:
-    """SyncBN -> BN without a process group or without a GPU; DDP without device ids on CPU.
+    """SyncBN -> BN without a process group or without a GPU; DDP on the device set for this rank.
 
-    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one)."""
+    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one). MMEngine
+    gives DDP ``device_ids=[LOCAL_RANK]``, which is not the device set when Slurm binds one GPU
+    per task (engine/dist.py's ``cuda_device_index``): the wrapper gets the current device."""
     on_gpu, grouped = gpus_present(), dist.is_initialized()
     if not grouped or not on_gpu:
         if replace_sync_bn(cfg.model):
             reason = 'one process' if not grouped else 'no GPU'
             print_log(f'SyncBN replaced by BN ({reason})', logger='current')
-    if grouped and not on_gpu:
+    if grouped:
         wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
         wrapper.update(cfg.get('model_wrapper_cfg') or {})
-        wrapper['device_ids'] = None  # a CPU module takes no device ids
+        # a CPU module takes no device ids
+        wrapper['device_ids'] = [torch.cuda.current_device()] if on_gpu else None
         cfg.model_wrapper_cfg = wrapper
 
 
@@ -60,7 +65,8 @@ def add_vis_backends(cfg: Config, names: Iterable[str]) -> None:
 
 
 def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
-    """Mixed precision: fp16 with dynamic loss scaling or bf16; fp32 (with a message) on CPU."""
+    """Mixed precision: fp16 with dynamic loss scaling, or bf16 without a loss scaler (bf16 keeps
+    float32's exponent range); fp32 (with a message) on CPU."""
     if dtype is None:
         return
     if dtype not in ('fp16', 'bf16'):
@@ -69,12 +75,11 @@ def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
         print_log(f'--amp {dtype} asked for, but there is no GPU: training in fp32', logger='current',
                   level=logging.WARNING)
         return
-    cfg.optim_wrapper.type = 'AmpOptimWrapper'
     if dtype == 'fp16':
-        cfg.optim_wrapper.loss_scale = 'dynamic'
-        cfg.optim_wrapper.dtype = 'float16'
+        cfg.optim_wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic', dtype='float16')
     else:
-        cfg.optim_wrapper.dtype = 'bfloat16'
+        cfg.optim_wrapper.pop('loss_scale', None)
+        cfg.optim_wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
 
 
 def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
@@ -100,9 +105,14 @@ def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> N
 
 def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
     """The toolkit's training hooks with this run's arguments: the batch plan in checkpoints,
-    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes."""
+    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes; with the loss guard's
+    hook on, the optimizer wrapper is its guarded type (``Guarded*OptimWrapper``)."""
     declare_hooks(cfg)
     default_hooks = cfg.default_hooks
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    if cfg.get('optim_wrapper') and ('nonfinite_loss' in default_hooks or 'NonFiniteLossHook' in custom):
+        kind = cfg.optim_wrapper.get('type', 'OptimWrapper')
+        cfg.optim_wrapper.type = GUARDED.get(kind, kind)
     if 'batch_plan' in default_hooks:
         default_hooks['batch_plan']['plan'] = plan
     if skip_nonfinite and 'nonfinite_loss' in default_hooks:

@@ -3,8 +3,10 @@
 State-dict names follow the authors' (and timm's) layout so that their ImageNet weights load
 unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...).
 """
+import contextvars
 import math
-from typing import Tuple
+from contextlib import contextmanager
+from typing import Iterator, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,10 +18,26 @@ from torch import nn
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
 
+_CPU_LAYOUTS = contextvars.ContextVar('xcit_cpu_layouts', default=True)
+
+
+@contextmanager
+def reference_layout() -> Iterator[None]:
+    """Run the reference layout (what GPUs run) on the CPU too, inside the block: how the tests
+    reach the GPU path's gradients, training mode and ``with_cp`` without a GPU."""
+    token = _CPU_LAYOUTS.set(False)
+    try:
+        yield
+    finally:
+        _CPU_LAYOUTS.reset(token)
+
+
 def eager_cpu(x: torch.Tensor) -> bool:
     """True where the CPU layouts below apply: eager CPU runs. Traced, exported or compiled graphs
-    (FLOPs counting, ONNX, ``torch.compile``) see the reference layout, the model as defined."""
-    return x.device.type == 'cpu' and not torch.jit.is_tracing() and not torch.compiler.is_compiling()
+    (FLOPs counting, ONNX, ``torch.compile``), GPUs and ``reference_layout()`` blocks see the
+    reference layout, the model as defined."""
+    return (x.device.type == 'cpu' and _CPU_LAYOUTS.get() and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling())
 
 
 def _gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .checkpoint import load_backbone_weights
-from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
+from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock, eager_cpu
 from .presets import DEFAULT_OUT_INDICES, PATCH_SIZES, PRESETS
 
 # name -> (embed_dims, depth, num_heads, eta): the presets as tuples (public API)
@@ -42,6 +42,17 @@ def _upsample(dims: int, twice: bool, norm_cfg: dict) -> nn.Sequential:
 def _downsample(factor: int) -> nn.Module:
     # ceil_mode keeps the stride-32 level at ceil(H/32) for inputs not divisible by 32
     return nn.MaxPool2d(kernel_size=factor, stride=factor, ceil_mode=True)
+
+
+# What torch.compile raises when it cannot compile (dynamo's errors; inductor's come wrapped in
+# BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled code runs,
+# is the run's error: running the backbone again eagerly on one rank would issue its SyncBN
+# collectives twice there, and the ranks would fall out of step.
+COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
+
+
+def _is_compile_failure(exc: BaseException) -> bool:
+    return isinstance(exc, COMPILE_FAILURES) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
 
 
 @functools.lru_cache(maxsize=None)
@@ -207,7 +218,7 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
-        on_cpu = x.device.type == 'cpu'
+        on_cpu = eager_cpu(x)
         if self.channels_last or on_cpu:  # on CPU the convs run faster so, and the tokens come out contiguous
             x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
@@ -215,7 +226,8 @@ class XCiT(BaseModule):
         x = self.pos_drop(x)
         maps = []
         for i, block in enumerate(self.blocks[:self.out_indices[-1] + 1]):
-            if self.with_cp and x.requires_grad:
+            # every block that trains, the first after frozen stages too (its input needs no grad)
+            if self.with_cp and torch.is_grad_enabled() and i >= max(self.frozen_stages, 0):
                 x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False)
             else:
                 x = block(x, Hp, Wp)
@@ -231,7 +243,9 @@ class XCiT(BaseModule):
         if self.compile_forward and not self._compile_failed:
             try:
                 return _compiled(XCiT._forward)(self, x)
-            except Exception as exc:  # a failure to compile: say why once, then run eagerly
+            except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
+                if not _is_compile_failure(exc):
+                    raise
                 self._compile_failed = True
                 reason = (str(exc).strip().splitlines() or [''])[0][:200]
                 print_log(f'XCiT: torch.compile failed, running eagerly ({type(exc).__name__}: {reason})',

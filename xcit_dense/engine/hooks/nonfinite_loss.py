@@ -1,12 +1,11 @@
-"""A guard that keeps NaN/inf losses away from the weights."""
+"""What happens after a step whose loss was NaN/inf: stop the run, or count the skipped step."""
 import math
 
 import torch
-import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..dist import world_size
+from ..optim_wrappers import NonFiniteGuard
 
 
 class NonFiniteLossError(RuntimeError):
@@ -15,12 +14,13 @@ class NonFiniteLossError(RuntimeError):
 
 @HOOKS.register_module()
 class NonFiniteLossHook(Hook):
-    """No backward and no step for a batch with a NaN/inf loss; stop, or skip it with ``skip=True``.
+    """Stop after a step with a NaN/inf loss, or go on counting it with ``skip=True``.
 
-    By default the run then stops with the iteration and the loss names (the last checkpoint
-    stays as it was); with ``skip=True`` the batch is dropped and counted
-    (``nonfinite_skipped`` in the log). Ranks agree, so a NaN on one rank stops all of them.
-    With gradient accumulation a skipped micro-batch is simply left out of the sum.
+    The guard itself is the optimizer wrapper (``Guarded*OptimWrapper``, set by tools/train.py
+    while this hook is on): it makes no update for such a step on any rank. By default the run
+    then stops with the iteration and the loss names (the last checkpoint stays as it was); with
+    ``skip=True`` the step is dropped and counted (``nonfinite_skipped`` in the log). With
+    gradient accumulation a non-finite micro-batch drops its whole optimizer step.
     """
 
     priority = 'ABOVE_NORMAL'  # before the checkpoint hook sees the iteration
@@ -29,27 +29,17 @@ class NonFiniteLossHook(Hook):
         self.skip = skip
 
     def before_train(self, runner) -> None:
-        """Wrap the optimizer wrapper's update so that a non-finite loss never reaches it."""
+        """Say so when the optimizer wrapper has no guard (a run not started by tools/train.py)."""
         self._skipped = 0
-        self._bad = False
-        wrapper = runner.optim_wrapper
-        update_params = wrapper.update_params
-
-        def guarded_update(loss: torch.Tensor, *args, **kwargs):
-            bad = torch.tensor([0. if bool(torch.isfinite(loss.detach()).all()) else 1.])
-            if world_size() > 1:
-                dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-            self._bad = bool(bad.item())
-            if self._bad:
-                wrapper.zero_grad()
-                return None
-            return update_params(loss, *args, **kwargs)
-
-        wrapper.update_params = guarded_update
+        if not isinstance(runner.optim_wrapper, NonFiniteGuard):
+            runner.logger.warning(f'{type(runner.optim_wrapper).__name__} has no non-finite '
+                              f'loss guard: set optim_wrapper.type to one of the Guarded*OptimWrapper types')
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        """Stop with the offending loss names, or count the skipped batch and go on."""
-        if not self._bad:
+        """Stop with the offending loss names, or count the skipped step and go on."""
+        wrapper = runner.optim_wrapper
+        if not (isinstance(wrapper, NonFiniteGuard) and wrapper.should_update()
+                and wrapper.agreed_at == wrapper.inner_count and wrapper.agreement.nonfinite):
             return
         values = {k: float(v) for k, v in (outputs or {}).items()
                   if isinstance(v, float) or (isinstance(v, torch.Tensor) and v.numel() == 1)}

@@ -4,13 +4,15 @@ import signal
 import subprocess
 import sys
 
-import torch
-import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...checkpoint import write_pointer
+from ..collectives import meet
+from ..optim_wrappers import step_agreement
 from ..dist import world_size
+from ..step_agreement import clear_signal, note_signal, noted_signal
+from .rng_state import RNGStateHook
 
 _loading = False  # the main process is waiting for the next training batch (it may be interrupted)
 
@@ -42,7 +44,7 @@ class _StopWhileLoading:
 
     def __next__(self):
         global _loading
-        signum = self._hook._received  # noted during validation, say: stop before loading more
+        signum = noted_signal()  # noted during validation, say: stop before loading more
         if not signum:
             _loading = True
             try:
@@ -61,9 +63,11 @@ class PreemptionHook(Hook):
     process, a signal that arrives while the next batch is loaded (bad samples retried, slow
     storage) stops at once, with the checkpoint of the last completed iteration.
 
-    Under Slurm the job then requeues itself (``scontrol requeue``) so that the requeued run,
-    started with ``--resume``, continues from that checkpoint. The process exits with
-    128 + the signal number. All ranks stop at the same iteration.
+    Under Slurm the job then requeues itself (``scontrol requeue``); the requeued run resumes from
+    that checkpoint by itself (``SLURM_RESTART_COUNT``). The process exits with
+    128 + the signal number. All ranks stop at the same iteration, the end of an optimizer step
+    (with gradient accumulation, the step under way is finished first); they learn of a signal
+    in the step's one agreement (``step_agreement``).
     """
 
     priority = 'VERY_LOW'  # after the regular checkpoint hook
@@ -71,7 +75,7 @@ class PreemptionHook(Hook):
 
     def before_train(self, runner) -> None:
         """Catch the signals instead of dying mid-iteration."""
-        self._received = 0
+        clear_signal()
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
         loop = runner.train_loop  # an iteration loop holds an iterator, an epoch loop its DataLoader
@@ -83,23 +87,25 @@ class PreemptionHook(Hook):
             loop.dataloader = _StopWhileLoading(loop.dataloader, self, runner)
 
     def _on_signal(self, signum, frame) -> None:
-        """Note the signal: the checkpoint is written between iterations, or now while loading."""
-        self._received = signum
+        """Note the signal: the checkpoint is written between optimizer steps, or now while loading."""
+        note_signal(signum)
         if _loading:
             raise _SignalWhileLoading(signum)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Checkpoint, requeue and exit once any rank has been signalled."""
-        received = torch.tensor([self._received])
-        if world_size() > 1:  # every rank stops when any rank was signalled
-            dist.all_reduce(received, op=dist.ReduceOp.MAX)
-        signum = int(received.item())
+        if not runner.optim_wrapper.should_update():  # inside an accumulation: stop at its step
+            return
+        signum = step_agreement(runner.optim_wrapper).signal
         if not signum:
             return
         self._checkpoint_and_exit(runner, signum, step=runner.iter + 1)
 
     def _checkpoint_and_exit(self, runner, signum: int, step: int) -> None:
         """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, exit 128 + N."""
+        for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
+            if isinstance(hook, RNGStateHook):
+                hook.gather(runner)
         name = signal.Signals(signum).name
         filename = f'iter_{step}.pth'
         runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')
@@ -111,6 +117,5 @@ class PreemptionHook(Hook):
             if job:
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
-        if world_size() > 1:
-            dist.barrier()
+        meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
         sys.exit(128 + signum)

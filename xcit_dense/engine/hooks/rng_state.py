@@ -5,44 +5,80 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 import torch
-from mmengine.dist import all_gather_object
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
+from ..collectives import gather_objects
 from ..dist import world_size
 
 
 def get_rng_state() -> dict:
-    """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states."""
+    """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states; CUDA's
+    of the device set for this rank, the only one it draws on."""
     state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        state['cuda'] = torch.cuda.get_rng_state()
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    """Put back the states of ``get_rng_state``; CUDA's only where there are as many GPUs."""
+def set_rng_state(state: dict) -> Optional[str]:
+    """Put back the states of ``get_rng_state``; returns what could not be restored (None: all).
+
+    A CUDA state goes to this rank's current device. A list of per-device states (checkpoints
+    written before the per-device rule) is restored only onto as many visible GPUs."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
     torch.set_rng_state(state['torch'])
     cuda = state.get('cuda')
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+    if cuda is None:
+        return None
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if isinstance(cuda, (list, tuple)):
+        if len(cuda) != visible:
+            return f'the CUDA states of {len(cuda)} GPU(s), but this process sees {visible}'
         torch.cuda.set_rng_state_all(cuda)
+    elif not visible:
+        return 'the CUDA state, since this process sees no GPU'
+    else:
+        torch.cuda.set_rng_state(cuda)
+    return None
+
+
+def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
+    """Whether ``hook`` is a checkpoint hook that writes a checkpoint after this iteration (its
+    own rule, for iteration and epoch schedules)."""
+    if not isinstance(hook, CheckpointHook):
+        return False
+    if not hook.by_epoch:
+        return bool(hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
+                    or (hook.save_last and hook.is_last_train_iter(runner)))
+    return hook.end_of_epoch(runner.train_dataloader, batch_idx) and bool(
+        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
+        or (hook.save_last and hook.is_last_train_epoch(runner)))
+
+
+def _log_restored(logger, missed: Optional[str]) -> None:
+    """Say what was restored, and what not."""
+    if missed:
+        logger.warning(f'RNG states restored from the checkpoint, except {missed}: those '
+                       f'random numbers continue from the seed')
+    else:
+        logger.info('RNG states restored from the checkpoint')
 
 
 class _RestoreAfterSkip:
     """The train loop's batch iterator, restoring RNG states once the batches trained before
     the checkpoint are skipped: skipping runs the pipeline, and its draws must not count."""
 
-    def __init__(self, batches: Iterator, skip: int, state: dict) -> None:
-        self.batches, self.skip, self.state = batches, skip, state
+    def __init__(self, batches: Iterator, skip: int, state: dict, logger) -> None:
+        self.batches, self.skip, self.state, self.logger = batches, skip, state, logger
 
     def __iter__(self) -> '_RestoreAfterSkip':
         return self
 
     def __next__(self):
         if self.skip == 0 and self.state is not None:
-            set_rng_state(self.state)
+            _log_restored(self.logger, set_rng_state(self.state))
             self.state = None
         self.skip -= 1
         return next(self.batches)
@@ -53,8 +89,9 @@ class RNGStateHook(Hook):
     """Save each rank's RNG states in ``checkpoint['meta']['rng_states']``; restore on resume.
 
     The states saved are those at the end of the last training iteration. A checkpoint is
-    written by rank 0 alone, so in a distributed run all ranks' states are gathered after every
-    iteration (a few kilobytes each). Validation leaves the states as it found them, since a
+    written by rank 0 alone, so all ranks' states are gathered (a few kilobytes each) at the
+    iterations that write a checkpoint: those of the checkpoint hook's schedule, and a
+    preemption stop (the preemption hook calls ``gather``). Validation leaves the states as it found them, since a
     resumed run does not repeat it.
     """
 
@@ -62,17 +99,33 @@ class RNGStateHook(Hook):
 
     def __init__(self) -> None:
         self._latest: Optional[List[dict]] = None
+        self._own: Optional[dict] = None
+        self._gathered_at = -1  # runner.iter of the gather
         self._loaded: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        """Note every rank's states, ready for a checkpoint written at this iteration."""
-        state = get_rng_state()
-        self._latest = all_gather_object(state) if world_size() > 1 else [state]
+        """Note this rank's states; gather every rank's when a checkpoint is written now."""
+        self._own = get_rng_state()
+        if any(_saves_after(hook, runner, batch_idx) for hook in runner.hooks):
+            self.gather(runner)
+
+    def gather(self, runner) -> None:
+        """Every rank's states after this iteration, ready for the checkpoint (a collective: all
+        ranks call it at the same iteration)."""
+        self._latest = gather_objects(self._own if self._own is not None else get_rng_state())
+        self._gathered_at = runner.iter
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Store the states of all ranks, indexed by rank."""
-        checkpoint.setdefault('meta', {})['rng_states'] = self._latest or [get_rng_state()]
+        """Store the states of all ranks, indexed by rank; in a distributed run only at the
+        iterations they were gathered for (not in a best checkpoint written after validation)."""
+        if self._latest is not None and self._gathered_at == runner.iter:
+            states = self._latest
+        elif world_size() == 1:
+            states = [self._own if self._own is not None else get_rng_state()]
+        else:
+            return
+        checkpoint.setdefault('meta', {})['rng_states'] = states
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Keep the checkpoint's states (none in one written before this hook) for training."""
@@ -97,10 +150,9 @@ class RNGStateHook(Hook):
         loop = runner.train_loop
         if hasattr(loop, 'dataloader_iterator'):
             loop.dataloader_iterator = _RestoreAfterSkip(loop.dataloader_iterator, runner.iter,
-                                                         states[runner.rank])
+                                                         states[runner.rank], runner.logger)
         else:
-            set_rng_state(states[runner.rank])
-        runner.logger.info('RNG states restored from the checkpoint')
+            _log_restored(runner.logger, set_rng_state(states[runner.rank]))
 
     def before_val(self, runner) -> None:
         """Note the training streams' states before validation."""

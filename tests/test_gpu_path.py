@@ -1,0 +1,225 @@
+"""The GPU path on CPUs: collectives where the backend wants them, one agreement per optimizer step,
+the device of each rank, bf16 training, CUDA RNG states and mmcv's CUDA ops (GPU presence faked)."""
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+
+from helpers import ROOT, free_port, launch_env, read_log, run, tiny_seg_config
+from xcit_dense.builder import build_model
+from xcit_dense.engine import collectives, dist as xdist, run_config
+from xcit_dense.engine import optim_wrappers, step_agreement
+from xcit_dense.engine.hooks import rng_state
+
+COLLECTIVES = {'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor', 'broadcast',
+               'broadcast_object_list', 'reduce', 'reduce_scatter', 'gather', 'gather_object', 'scatter',
+               'scatter_object_list', 'barrier', 'monitored_barrier', 'all_to_all', 'collect_results'}
+# reproduces mmengine's own evaluator collective for docs/exit-abort.md, not a toolkit collective
+NOT_TOOLKIT = {'tools/exit_repro.py'}
+
+
+def _collective_calls(path: Path) -> list:
+    """``dist.<collective>(...)``-style calls and collectives imported from torch.distributed or
+    mmengine.dist in one file."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ('torch.distributed', 'mmengine.dist'):
+            found += [f'{node.lineno}: from {node.module} import {a.name}' for a in node.names
+                      if a.name in COLLECTIVES]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in COLLECTIVES:
+            owner = ast.unparse(node.func.value)
+            if owner in ('dist', 'torch.distributed', 'torch_dist', 'mmengine.dist'):
+                found.append(f'{node.lineno}: {ast.unparse(node.func)}')
+    return found
+
+
+def test_only_the_collectives_module_calls_collectives():
+    files = sorted(ROOT.glob('xcit_dense/**/*.py')) + sorted(ROOT.glob('tools/*.py'))
+    calls = {str(p.relative_to(ROOT)): _collective_calls(p) for p in files}
+    assert calls['xcit_dense/engine/collectives.py']  # the scan does find collectives
+    offenders = {name: found for name, found in calls.items()
+                 if found and name != 'xcit_dense/engine/collectives.py' and name not in NOT_TOOLKIT}
+    assert not offenders
+
+
+@pytest.mark.parametrize('backend,cpu', [('gloo', True), ('nccl', False), ('cuda:gloo', False),
+                                         ('cpu:gloo,cuda:nccl', True), ('mpi', True)])
+def test_which_backends_serve_cpu_tensors(backend, cpu):
+    assert collectives.serves_cpu(backend) is cpu
+
+
+def test_control_collectives_follow_the_backend(monkeypatch):
+    monkeypatch.setattr(dist, 'get_backend', lambda group=None: 'nccl')
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 3)
+    monkeypatch.setattr(collectives, '_SIDE_GROUP', None)
+    assert collectives.control_group() == (None, torch.device('cuda', 3))  # mmengine.dist's rule
+    side = object()
+    monkeypatch.setattr(collectives, '_SIDE_GROUP', side)
+    assert collectives.control_group() == (side, torch.device('cpu'))  # the gloo side group
+    monkeypatch.setattr(dist, 'get_backend', lambda group=None: 'gloo')
+    monkeypatch.setattr(collectives, '_SIDE_GROUP', None)
+    assert collectives.control_group() == (None, torch.device('cpu'))
+
+
+def test_training_under_a_cuda_only_backend_makes_one_collective_per_step(tmp_path, seg_data):
+    """2 optimizer steps of 2 micro-batches each, a checkpoint after each step: 2 flag all-reduces,
+    2 RNG gathers (at the checkpoints), 1 exit meeting, all on the gloo control group."""
+    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=2, val_interval=2),
+                             default_hooks=dict(checkpoint=dict(interval=1), logger=dict(interval=1),
+                                                visualization=dict(draw=False)))
+    env = launch_env(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, MASTER_ADDR='127.0.0.1',
+                     MASTER_PORT=free_port())
+    result = run([sys.executable, str(ROOT / 'tests/cuda_gloo_train.py'), str(config), '--work-dir',
+                  str(tmp_path / 'work'), '--launcher', 'pytorch', '--accumulation', '2',
+                  '--cfg-options', 'model_wrapper_cfg.type=ControlGroupDDP'], env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = eval(re.search(r'collective counts: (\{.*\})', result.stderr).group(1))
+    assert counts == {'all_gather_object': 2, 'all_reduce': 2, 'monitored_barrier': 1}
+    log = read_log(tmp_path / 'work')
+    assert 'process group: cuda:gloo' in log and 'GuardedOptimWrapper' in log
+    checkpoint = torch.load(tmp_path / 'work/iter_4.pth', weights_only=False)
+    assert len(checkpoint['meta']['rng_states']) == 1
+
+
+def _wrapper(accumulation: int):
+    model = torch.nn.Linear(2, 1)
+    wrapper = build_optim_wrapper(model, dict(type='GuardedOptimWrapper', accumulative_counts=accumulation,
+                                              optimizer=dict(type='SGD', lr=0.1)))
+    return model, wrapper
+
+
+def test_a_nonfinite_micro_batch_drops_its_step_with_one_agreement(monkeypatch):
+    calls = []
+    monkeypatch.setattr(step_agreement, 'agree_on_max', lambda values: calls.append(values) or values)
+    model, wrapper = _wrapper(accumulation=2)
+    wrapper.initialize_count_status(model, 0, 4)
+    before = model.weight.detach().clone()
+    x = torch.ones(1, 2)
+    for scale in (1.0, float('nan')):  # step 1: its second micro-batch is NaN
+        wrapper.update_params(model(x).sum() * scale)
+    assert torch.equal(model.weight, before) and wrapper.agreement.nonfinite
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    for _ in range(2):  # step 2: finite
+        wrapper.update_params(model(x).sum())
+    assert not torch.equal(model.weight, before) and not wrapper.agreement.nonfinite
+    assert len(calls) == 2  # one agreement per optimizer step, not per micro-batch
+
+
+def test_the_signal_travels_in_the_steps_agreement(monkeypatch):
+    monkeypatch.setattr(step_agreement, 'agree_on_max', lambda values: values)
+    step_agreement.note_signal(15)
+    try:
+        assert step_agreement.agree_on_step(torch.tensor(False)) == (15, False)
+    finally:
+        step_agreement.clear_signal()
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """GPU presence, device count and current device patched."""
+    def install(count: int, current: int = 0):
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+        monkeypatch.setattr(torch.cuda, 'device_count', lambda: count)
+        monkeypatch.setattr(torch.cuda, 'current_device', lambda: current)
+    return install
+
+
+def test_ddp_gets_the_device_set_for_the_rank(fake_gpus, monkeypatch):
+    fake_gpus(count=8, current=5)
+    monkeypatch.setattr(dist, 'is_initialized', lambda: True)
+    cfg = Config(dict(model=dict(type='X', norm_cfg=dict(type='SyncBN'))))
+    run_config.adapt_to_machine(cfg)
+    assert cfg.model_wrapper_cfg.device_ids == [5] and cfg.model.norm_cfg.type == 'SyncBN'
+
+
+def test_the_device_of_a_rank(monkeypatch):
+    assert xdist.cuda_device_index(3, 8) == 3
+    assert xdist.cuda_device_index(5, 1, bound_per_task=True) == 0  # Slurm: one GPU per task
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
+    with pytest.raises(RuntimeError, match=r'LOCAL_RANK=2, but this process sees 2 GPU\(s\) '
+                                           r'\(CUDA_VISIBLE_DEVICES=0,1\)'):
+        xdist.cuda_device_index(2, 2)
+    monkeypatch.setenv('SLURM_LOCALID', '3')
+    assert not xdist._bound_per_task()
+    monkeypatch.setenv('SLURM_GPUS_PER_TASK', '1')
+    assert xdist._bound_per_task()
+
+
+def test_an_out_of_range_local_rank_stops_before_the_group_forms(fake_gpus, monkeypatch):
+    fake_gpus(count=1)
+    set_devices = []
+    monkeypatch.setattr(torch.cuda, 'set_device', set_devices.append)
+    monkeypatch.setattr(dist, 'init_process_group', lambda *a, **k: pytest.fail('group formed'))
+    for name, value in dict(RANK=1, WORLD_SIZE=2, LOCAL_RANK=1, MASTER_ADDR='127.0.0.1',
+                            MASTER_PORT=1).items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.delenv('SLURM_LOCALID', raising=False)
+    with pytest.raises(RuntimeError, match='LOCAL_RANK=1, but this process sees 1 GPU'):
+        xdist.init_distributed('pytorch')
+    assert set_devices == []
+
+
+def test_a_cuda_rng_state_that_cannot_be_restored_is_reported(fake_gpus):
+    fake_gpus(count=1)
+    state = rng_state.get_rng_state()
+    missed = rng_state.set_rng_state(dict(state, cuda=[torch.zeros(16, dtype=torch.uint8)] * 2))
+    assert missed == 'the CUDA states of 2 GPU(s), but this process sees 1'
+    torch.cuda.is_available = lambda: False  # undone by the fixture's monkeypatch
+    assert rng_state.set_rng_state(dict(state, cuda=torch.zeros(16, dtype=torch.uint8))) == \
+        'the CUDA state, since this process sees no GPU'
+
+
+def test_bf16_has_no_loss_scaler_on_a_gpu_machine(monkeypatch):
+    monkeypatch.setattr(run_config, 'gpus_present', lambda: True)
+    cfg = Config(dict(optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1)),
+                      default_hooks=dict(nonfinite_loss=dict(type='NonFiniteLossHook'))))
+    run_config.configure_amp(cfg, 'bf16')
+    run_config.configure_training_hooks(cfg, plan={})
+    assert cfg.optim_wrapper.type == 'GuardedBF16OptimWrapper' and 'loss_scale' not in cfg.optim_wrapper
+    wrapper = build_optim_wrapper(torch.nn.Linear(2, 1), cfg.optim_wrapper)
+    assert not hasattr(wrapper, 'loss_scaler') and wrapper.cast_dtype is torch.bfloat16
+    fp16 = Config(dict(optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1))))
+    run_config.configure_amp(fp16, 'fp16')
+    assert fp16.optim_wrapper.type == 'AmpOptimWrapper' and fp16.optim_wrapper.loss_scale == 'dynamic'
+
+
+TINY = {'model.backbone.embed_dims': 64, 'model.backbone.depth': 4, 'model.backbone.num_heads': 4,
+        'model.backbone.out_indices': (0, 1, 2, 3), 'model.neck.in_channels': [64] * 4,
+        'model.backbone.init_cfg': None}
+FEW_ROIS = {'model.train_cfg.rpn_proposal.nms_pre': 200, 'model.train_cfg.rpn_proposal.max_per_img': 100,
+            'model.train_cfg.rcnn.sampler.num': 64}
+
+
+@pytest.mark.parametrize('config', ['mask_rcnn_xcit_tiny_12_p16_3x_coco.py',
+                                    'upernet_xcit_tiny_12_p16_160k_ade20k.py'])
+def test_a_bf16_training_step(config):
+    """One training step under CPU bf16 autocast: mmcv's CPU RoIAlign has no bf16 kernel either,
+    so Mask R-CNN needs the same fix as on a GPU; the RoI extractor receives bf16 features."""
+    from xcit_dense.benchmark.measure import random_samples
+    from xcit_dense.tasks import task_of_model
+    options = dict(TINY, **FEW_ROIS) if config.startswith('mask') else dict(TINY)
+    if config.startswith('upernet'):
+        options.update({'model.decode_head.in_channels': [64] * 4, 'model.decode_head.channels': 32,
+                        'model.auxiliary_head.in_channels': 64, 'model.auxiliary_head.channels': 16})
+        options.pop('model.neck.in_channels')
+    torch.manual_seed(0)
+    model = build_model(str(ROOT / 'configs/xcit' / config), options).train()
+    seen = []
+    if config.startswith('mask'):
+        for extractor in (model.roi_head.bbox_roi_extractor, model.roi_head.mask_roi_extractor):
+            extractor.register_forward_pre_hook(lambda module, args: seen.append(args[0][0].dtype))
+    inputs, samples = random_samples(task_of_model(model), 2, 64)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        loss, _ = model.parse_losses(model.loss(inputs, samples))
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert model.backbone.patch_embed.proj[0][0].weight.grad.abs().sum() > 0
+    if config.startswith('mask'):
+        assert seen == [torch.bfloat16, torch.bfloat16]

@@ -1,0 +1,44 @@
+"""mmdet's parts that call mmcv's kernels, in a dtype those kernels have, so that bf16 training works.
+
+mmcv 2.1.0's RoIAlign dispatches float and half only, on CUDA (``roi_align_cuda.cu``) and on the
+CPU, and NMS reads float boxes only (``nms_cuda.cu``: ``data_ptr<float>``); under bf16 autocast the
+features, the RPN's boxes and scores are bf16. mmdet also casts the RoIs to the features' dtype,
+and bf16 box coordinates are rounded to 4-pixel steps between 512 and 1024 px (8 above).
+Imported by the Mask R-CNN configs (``custom_imports``), so that segmentation runs keep mmdet out.
+"""
+from typing import Optional, Tuple
+
+import torch
+from mmdet.models.dense_heads import RPNHead
+from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
+from mmdet.registry import MODELS
+from mmengine.structures import InstanceData
+
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.float64)  # what mmcv's RoIAlign dispatches
+
+
+@MODELS.register_module()
+class KernelDtypeRoIExtractor(SingleRoIExtractor):
+    """``SingleRoIExtractor`` that runs in float32, autocast off, for features of a dtype without
+    RoIAlign kernels (bfloat16), and returns its features in the input features' dtype."""
+
+    def forward(self, feats: Tuple[torch.Tensor, ...], rois: torch.Tensor,
+                roi_scale_factor: Optional[float] = None) -> torch.Tensor:
+        dtype = feats[0].dtype
+        if dtype in KERNEL_DTYPES:
+            return super().forward(feats, rois, roi_scale_factor)
+        with torch.autocast(feats[0].device.type, enabled=False):
+            roi_feats = super().forward(tuple(f.float() for f in feats), rois.float(), roi_scale_factor)
+        return roi_feats.to(dtype)
+
+
+@MODELS.register_module()
+class KernelDtypeRPNHead(RPNHead):
+    """``RPNHead`` whose proposals (boxes and scores) are float32 from NMS on, whatever the dtype
+    of the head's outputs: NMS has no bf16 kernel, and bf16 coordinates are coarse."""
+
+    def _bbox_post_process(self, results: InstanceData, *args, **kwargs) -> InstanceData:
+        for key in ('bboxes', 'scores'):
+            if key in results and results[key].dtype not in KERNEL_DTYPES:
+                results[key] = results[key].float()
+        return super()._bbox_post_process(results, *args, **kwargs)

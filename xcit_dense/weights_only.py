@@ -15,7 +15,7 @@ import pickletools
 import zipfile
 from math import prod
 from pickle import UnpicklingError
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch

@@ -80,7 +80,15 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
         time.sleep(0.5)
     slurm.run('scancel', '--signal=USR1', job, check=True)
     requeued = False
-    while job_field(slurm, job, 'JobState') not in ('COMPLETED', 'FAILED', 'CANCELLED'):
+
+    def finished() -> bool:
+        """A final state; once the requeue was asked for, only the requeued attempt's (a job being
+        requeued can show FAILED before it is pending again)."""
+        if job_field(slurm, job, 'JobState') not in ('COMPLETED', 'FAILED', 'CANCELLED'):
+            return False
+        return job_field(slurm, job, 'Restarts') == '1' or f'requeueing Slurm job {job}' not in out.read_text()
+
+    while not finished():
         assert time.time() < deadline, f'job {job} did not finish: {job_field(slurm, job, "JobState")}'
         if (not requeued and job_field(slurm, job, 'Restarts') == '1'
                 and job_field(slurm, job, 'JobState') == 'PENDING'):

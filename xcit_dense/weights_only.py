@@ -78,6 +78,11 @@ def allowed_globals() -> set:
     return set(_get_allowed_globals()) | set(_TOOLKIT_GLOBALS) | set(_ALIASES)
 
 
+class DamagedCheckpoint(UnpicklingError):
+    """A file that is not a readable torch checkpoint (truncated, damaged, another format): no
+    refusal on safety grounds, so its message says what is wrong with the file."""
+
+
 class _Global(str):
     """A global's dotted name on the simulated pickle stack."""
 
@@ -144,11 +149,11 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
             if item is _MARK:
                 return items[::-1]
             items.append(item)
-        raise UnpicklingError('malformed pickle (no mark)')
+        raise DamagedCheckpoint('malformed pickle (no mark)')
 
     def pop(n: int = 1) -> list:
         if len(stack) < n:
-            raise UnpicklingError('malformed pickle (stack underflow)')
+            raise DamagedCheckpoint('malformed pickle (stack underflow)')
         items = stack[-n:]
         del stack[-n:]
         return items
@@ -156,7 +161,7 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
     try:
         ops = list(pickletools.genops(stream))
     except Exception as exc:
-        raise UnpicklingError(f'malformed pickle: {exc}') from exc
+        raise DamagedCheckpoint(f'malformed pickle: {exc}') from exc
     for op, arg, pos in ops:
         name, where = op.name, f'pickle opcode {op.name} at byte {pos}'
         if name in ('GLOBAL', 'STACK_GLOBAL'):
@@ -206,7 +211,7 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
             stack.append(stack[-1] if stack else _OPAQUE)
         elif name in ('PUT', 'BINPUT', 'LONG_BINPUT', 'MEMOIZE'):
             if not stack:
-                raise UnpicklingError(f'{where}: malformed pickle (memo of an empty stack)')
+                raise DamagedCheckpoint(f'{where}: malformed pickle (memo of an empty stack)')
             memo[len(memo) if name == 'MEMOIZE' else arg] = stack[-1]
         elif name in ('GET', 'BINGET', 'LONG_BINGET'):
             stack.append(memo.get(arg, _OPAQUE))
@@ -251,10 +256,10 @@ def inspect_checkpoint(path: str) -> None:
                 raise UnpicklingError(f'records compressed in an unsupported way: {bad[:3]}')
             pickle = [r for r in records if r.filename.endswith('/data.pkl') or r.filename == 'data.pkl']
             if not pickle:
-                raise UnpicklingError('the archive has no data.pkl: not a torch checkpoint')
+                raise DamagedCheckpoint('the archive has no data.pkl: not a torch checkpoint')
             scan_pickle(archive.read(pickle[0]), size, allowed)
     except zipfile.BadZipFile as exc:
-        raise UnpicklingError(f'a damaged archive: {exc}') from exc
+        raise DamagedCheckpoint(f'a damaged archive: {exc}') from exc
 
 
 def _legacy_pickles(data: bytes, size: int) -> bytes:
@@ -267,7 +272,7 @@ def _legacy_pickles(data: bytes, size: int) -> bytes:
                 if op.name == 'STOP':
                     break
         except Exception as exc:
-            raise UnpicklingError(f'not a torch checkpoint (neither a zip archive nor a pickle): '
+            raise DamagedCheckpoint(f'truncated, or not a torch checkpoint (neither a whole zip archive nor a pickle): '
                                   f'{exc}') from exc
         end = stream.tell()
         if end >= size:
@@ -278,6 +283,8 @@ def _legacy_pickles(data: bytes, size: int) -> bytes:
 def describe(exc: BaseException) -> Optional[str]:
     """The reason to show for a refused file, or None when ``exc`` is not a refusal."""
     text = str(exc)
+    if isinstance(exc, DamagedCheckpoint):
+        return None
     if isinstance(exc, UnpicklingError) or 'Weights only load failed' in text or 'Unsupported global' in text:
         lines = [line.strip() for line in text.strip().splitlines()] or [type(exc).__name__]
         # torch wraps its unpickler's reason in advice on how to load the file anyway

@@ -4,6 +4,7 @@ import hashlib
 import importlib.util
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,7 +31,8 @@ def test_cache_key_names_everything_the_binary_depends_on():
     base = dict(mmcv_version='2.1.0', tag=TAG, torch_version='2.14.1', cuda_version=(13, 0), archs=('8.0', '9.0'))
     assert key(**base) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cu13.0-sm_80-sm_90'
     assert key(**dict(base, cuda_version=None, archs=())) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cpu'
-    variants = [dict(base, mmcv_version='2.1.1'), dict(base, tag='cp310-cp310-linux_x86_64'),
+    assert key(**base, ops=('nms', 'roi_align')).endswith('-sm_80-sm_90-ops_nms+roi_align')
+    variants = [dict(base, ops=('nms',)), dict(base, ops=('nms', 'roi_align')), dict(base, mmcv_version='2.1.1'), dict(base, tag='cp310-cp310-linux_x86_64'),
                 dict(base, tag='cp311-cp311-linux_aarch64'), dict(base, torch_version='2.13.0'),
                 dict(base, cuda_version=(13, 1)), dict(base, cuda_version=(12, 8)), dict(base, archs=('9.0',)),
                 dict(base, archs=('8.0', '9.0+PTX')), dict(base, archs=('8.6', '9.0')),
@@ -78,13 +80,18 @@ def test_build_request_from_environment_and_gpus():
 
 # ---- toolkit choice ----------------------------------------------------------------------------
 
-def fake_nvcc(folder: Path, release: str, here: Path = None, headers: bool = True) -> Path:
+def fake_nvcc(folder: Path, release: str, here: Path = None, headers: bool = True, cudart: str = 'lib64') -> Path:
     """An nvcc script printing a version (and, for --dryrun, the folder it says it lives in),
-    in a toolkit with (or without) the headers torch's CUDA headers include."""
+    in a toolkit with (or without) the headers torch's CUDA headers include, and libcudart.so in
+    lib64 (a system toolkit's layout), lib, or nowhere (None)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder.parent / 'include').mkdir(exist_ok=True)
     for header in build_mmcv.TORCH_CUDA_HEADERS if headers else ():
         (folder.parent / 'include' / header).write_text('')
+    if cudart:
+        (folder.parent / cudart).mkdir(exist_ok=True)
+        (folder.parent / cudart / 'libcudart.so.13').write_text('')
+        (folder.parent / cudart / 'libcudart.so').symlink_to('libcudart.so.13')
     nvcc = folder / 'nvcc'
     dryrun = f'case "$1" in --dryrun) echo "#\\$ _HERE_={here}" >&2 ;; esac\n' if here else ''
     nvcc.write_text(f'#!/bin/sh\n{dryrun}echo "Cuda compilation tools, release {release}, V{release}.88"\n')
@@ -124,7 +131,49 @@ def test_system_toolkit_without_the_library_headers_torch_includes_is_refused(tm
     (tmp_path / 'cuda' / 'include' / 'cuda_runtime_api.h').write_text('')
     assert build_mmcv.choose_system_toolkit('13.0', {'PATH': str(tmp_path / 'cuda' / 'bin')},
                                             default=tmp_path / 'none') is None
-    assert 'lacks cusparse.h, cublas_v2.h, cublasLt.h, cusolverDn.h' in capsys.readouterr().err
+    assert ('lacks include/cusparse.h, include/cublas_v2.h, include/cublasLt.h, include/cusolverDn.h'
+            in capsys.readouterr().err)
+
+
+def test_a_full_system_toolkit_is_accepted(tmp_path, capsys):
+    """/usr/local/cuda's layout: bin/nvcc, include/ with the library headers, lib64/libcudart.so."""
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0')
+    toolkit = build_mmcv.choose_system_toolkit('13.0', {'CUDA_HOME': str(tmp_path / 'cuda')}, default=tmp_path / 'x')
+    assert toolkit == build_mmcv.Toolkit(tmp_path / 'cuda', (13, 0)) and build_mmcv.toolkit_missing(tmp_path / 'cuda') == []
+    assert 'lacks' not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('layout, missing', [
+    (None, 'lib64/libcudart.so'),   # the link step needs the unversioned library
+    ('lib', None),                  # lib alone (NVIDIA's PyPI layout, linked): torch links from lib then
+])
+def test_a_toolkit_without_libcudart_so_is_refused_naming_it(tmp_path, capsys, layout, missing):
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0', cudart=layout)
+    toolkit = build_mmcv.choose_system_toolkit('13.0', {'CUDA_HOME': str(tmp_path / 'cuda')}, default=tmp_path / 'x')
+    err = capsys.readouterr().err
+    if missing:
+        assert toolkit is None and f'lacks {missing}, which the build needs' in err and 'libcudart.so' in err
+    else:
+        assert toolkit is not None and 'lacks' not in err
+
+
+def test_a_versioned_libcudart_alone_is_not_enough(tmp_path):
+    fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0', cudart='lib64')
+    (tmp_path / 'cuda' / 'lib64' / 'libcudart.so').unlink()
+    assert build_mmcv.toolkit_missing(tmp_path / 'cuda') == ['lib64/libcudart.so']
+
+
+@pytest.mark.parametrize('torch_version, standard', [
+    ('2.11.0', 'c++17'), ('2.11.0+cu130', 'c++17'), ('2.12.1', 'c++17'), ('2.13.0', 'c++20'),
+    ('2.14.1', 'c++20'), ('3.0.0', 'c++20')])
+def test_cxx_standard_follows_torch(torch_version, standard):
+    assert build_mmcv.cxx_standard(torch_version) == standard
+
+
+def test_the_standard_is_written_into_setup_py(tmp_path):
+    (tmp_path / 'setup.py').write_text("cxx = ['-std=c++17']\nnvcc = ['-std=c++17']\n")
+    build_mmcv.patch_cxx_standard(tmp_path, 'c++20')
+    assert (tmp_path / 'setup.py').read_text() == "cxx = ['-std=c++20']\nnvcc = ['-std=c++20']\n"
 
 
 def test_no_system_nvcc_means_no_system_toolkit(tmp_path, capsys):
@@ -229,12 +278,12 @@ def fake_mmcv(site: Path, build_info: str = None) -> None:
         (site / 'mmcv' / 'xcit_build_info.py').write_text(build_info)
 
 
-def installed_mismatch_in(site: Path, request) -> str:
+def installed_mismatch_in(site: Path, request, ops: tuple = ()) -> str:
     """installed_mismatch() run in a fresh interpreter that imports mmcv from site."""
     code = ('import importlib.util, sys\n'
             f'spec = importlib.util.spec_from_file_location("b", {str(ROOT / "tools" / "build_mmcv.py")!r})\n'
             'b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n'
-            f'print(b.installed_mismatch("2.1.0", b.Request(cuda={request.cuda}, archs={request.archs!r})))\n')
+            f'print(b.installed_mismatch("2.1.0", b.Request(cuda={request.cuda}, archs={request.archs!r}), {ops!r}))\n')
     return subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(site)),
                           capture_output=True, text=True, check=True).stdout.strip()
 
@@ -327,3 +376,138 @@ def test_runtime_check_ignores_machines_without_gpu(fake_gpu, monkeypatch):
     fake_gpu((8, 6), '13.0', ('9.0',))
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert cuda_ops.check_mmcv_cuda_arch() is None
+
+
+# ---- a build of some ops only ------------------------------------------------------------------
+
+mmcv_subset = build_mmcv.mmcv_subset
+
+# Shaped like mmcv 2.1.0's files (cut down): what the subset keeps of them, and the rest it drops.
+CUDABIND = '''#include "pytorch_cpp_helper.hpp"
+#include "pytorch_device_registry.hpp"
+
+void DeformConvForwardCUDAKernelLauncher(Tensor input);
+
+void deform_conv_forward_cuda(Tensor input) {
+  DeformConvForwardCUDAKernelLauncher(input);
+}
+
+void deform_conv_forward_impl(Tensor input);
+REGISTER_DEVICE_IMPL(deform_conv_forward_impl, CUDA,
+                     deform_conv_forward_cuda);
+
+Tensor NMSCUDAKernelLauncher(Tensor boxes, Tensor scores, float iou_threshold,
+                             int offset);
+
+Tensor nms_cuda(Tensor boxes, Tensor scores, float iou_threshold, int offset) {
+  return NMSCUDAKernelLauncher(boxes, scores, iou_threshold, offset);
+}
+
+Tensor nms_impl(Tensor boxes, Tensor scores, float iou_threshold, int offset);
+REGISTER_DEVICE_IMPL(nms_impl, CUDA, nms_cuda);
+
+void ROIAlignForwardCUDAKernelLauncher(Tensor input);
+
+void roi_align_forward_cuda(Tensor input) { ROIAlignForwardCUDAKernelLauncher(input); }
+
+void roi_align_forward_impl(Tensor input);
+void roi_align_backward_impl(Tensor grad);
+REGISTER_DEVICE_IMPL(roi_align_forward_impl, CUDA, roi_align_forward_cuda);
+REGISTER_DEVICE_IMPL(roi_align_backward_impl, CUDA, roi_align_backward_cuda);
+
+void RoIAlignRotatedForwardCUDAKernelLauncher(Tensor input);
+void roi_align_rotated_forward_impl(Tensor input);
+REGISTER_DEVICE_IMPL(roi_align_rotated_forward_impl, CUDA, roi_align_rotated_forward_cuda);
+'''
+PYBIND = '''#include <torch/extension.h>
+
+Tensor nms(Tensor boxes, Tensor scores, float iou_threshold, int offset);
+void deform_conv_forward(Tensor input);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("deform_conv_forward", &deform_conv_forward, "deform forward",
+        py::arg("input"));
+  m.def("get_compiler_version", &get_compiler_version, "get_compiler_version");
+  m.def("nms", &nms, "nms (CPU/CUDA) ", py::arg("boxes"), py::arg("scores"),
+        py::arg("iou_threshold"), py::arg("offset"));
+  m.def("nms_rotated", &nms_rotated, "NMS for rotated boxes", py::arg("dets"));
+  m.def("roi_align_forward", &roi_align_forward, "roi_align forward",
+        py::arg("input"));
+}
+'''
+EXT_LOADER = '''import importlib
+
+if True:
+
+    def load_ext(name, funcs):
+        ext = importlib.import_module('mmcv.' + name)
+        for fun in funcs:
+            assert hasattr(ext, fun), f'{fun} miss in module {name}'
+        return ext
+'''
+
+
+def fake_mmcv_source(src: Path) -> None:
+    """An mmcv source tree with the files the subset cut reads, writes and deletes."""
+    csrc = src / 'mmcv' / 'ops' / 'csrc' / 'pytorch'
+    for folder in (csrc / 'cpu', csrc / 'cuda', src / 'mmcv' / 'utils'):
+        folder.mkdir(parents=True)
+    for name in ('nms.cpp', 'roi_align.cpp', 'deform_conv.cpp', 'info.cpp', 'nms_rotated.cpp',
+                 'cpu/nms.cpp', 'cpu/roi_align.cpp', 'cpu/deform_conv.cpp', 'cpu/roi_align_rotated.cpp',
+                 'cuda/nms_cuda.cu', 'cuda/roi_align_cuda.cu', 'cuda/deform_conv_cuda.cu',
+                 'cuda/roi_align_rotated_cuda.cu'):
+        (csrc / name).write_text('// source\n')
+    (csrc / 'pybind.cpp').write_text(PYBIND)
+    (csrc / 'cuda' / 'cudabind.cpp').write_text(CUDABIND)
+    (src / 'mmcv' / '__init__.py').write_text('')
+    (src / 'mmcv' / 'utils' / '__init__.py').write_text('')
+    (src / 'mmcv' / 'utils' / 'ext_loader.py').write_text(EXT_LOADER)
+
+
+def test_the_subset_keeps_only_its_ops_files_bindings_and_registrations(tmp_path):
+    fake_mmcv_source(tmp_path)
+    left = mmcv_subset.cut_source(tmp_path, ('nms', 'roi_align'))
+    csrc = tmp_path / 'mmcv' / 'ops' / 'csrc' / 'pytorch'
+    assert sorted(str(p.relative_to(csrc)) for p in left) == [
+        'cpu/nms.cpp', 'cpu/roi_align.cpp', 'cuda/cudabind.cpp', 'cuda/nms_cuda.cu', 'cuda/roi_align_cuda.cu',
+        'info.cpp', 'nms.cpp', 'pybind.cpp', 'roi_align.cpp']
+    cudabind = (csrc / 'cuda' / 'cudabind.cpp').read_text()
+    assert cudabind.startswith('#include "pytorch_cpp_helper.hpp"\n#include "pytorch_device_registry.hpp"\n')
+    assert 'REGISTER_DEVICE_IMPL(nms_impl, CUDA, nms_cuda);' in cudabind and 'Tensor nms_cuda(' in cudabind
+    assert 'REGISTER_DEVICE_IMPL(roi_align_backward_impl' in cudabind and 'roi_align_forward_cuda(Tensor' in cudabind
+    assert 'deform' not in cudabind.lower() and 'rotated' not in cudabind.lower()
+    pybind = (csrc / 'pybind.cpp').read_text()
+    defined = re.findall(r'm\.def\("(\w+)"', pybind)
+    assert defined == ['get_compiler_version', 'nms', 'roi_align_forward']
+    assert 'void deform_conv_forward(Tensor input);' in pybind and pybind.endswith('}\n')
+
+
+def test_an_op_left_out_raises_a_clear_error_when_called_and_the_rest_work(tmp_path):
+    fake_mmcv_source(tmp_path)
+    mmcv_subset.cut_source(tmp_path, ('nms', 'roi_align'))
+    (tmp_path / 'mmcv' / '_ext.py').write_text('def nms(*args):\n    return "kept"\n')
+    code = ('from mmcv.utils.ext_loader import load_ext\n'
+            'ext = load_ext("_ext", ["nms", "deform_conv_forward"])\n'
+            'print(ext.nms())\n'
+            'ext.deform_conv_forward(1)\n')
+    proc = subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+                          capture_output=True, text=True)
+    assert proc.stdout == 'kept\n'
+    assert ("NotImplementedError: mmcv's compiled op function 'deform_conv_forward' was left out of this build, "
+            "which holds the ops nms, roi_align only") in proc.stderr
+
+
+def test_the_ops_to_build_are_checked():
+    assert mmcv_subset.parse_ops('roi_align, nms,nms') == ('nms', 'roi_align')
+    for bad in ('', 'nms,deform_conv', ','):
+        with pytest.raises(ValueError, match='--ops must name some of nms, roi_align'):
+            mmcv_subset.parse_ops(bad)
+
+
+def test_a_subset_build_is_rebuilt_when_every_op_is_asked_for(tmp_path):
+    site = tmp_path / 'site'
+    fake_mmcv(site)
+    build_mmcv.write_build_info(site, 'key', '2.11.0', None, (), ('nms', 'roi_align'))
+    cpu = build_mmcv.Request(cuda=False)
+    assert 'holds the ops nms, roi_align, all requested' in installed_mismatch_in(site, cpu)
+    assert installed_mismatch_in(site, cpu, ('nms', 'roi_align')) == 'None'

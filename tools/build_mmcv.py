@@ -4,7 +4,9 @@ Called by tools/install.sh: prints the path of the wheel to install on stdout (n
 installed mmcv already fits), everything else on stderr. Wheels are kept under
 <cache>/wheels/<key>/, where the key names everything the binary depends on, and reused.
 It works around what stops mmcv 2.1.0 from building on torch 2.14: the build must see
-torch (no build isolation) and torch's headers need C++20 where setup.py forces C++17.
+torch (no build isolation) and torch's headers need C++20 (from 2.13) where setup.py forces C++17.
+--sdist builds from a source archive at hand (no download: a machine without network), --ops
+from a subset of the ops (see tools/mmcv_subset.py), --offline never reaches for PyPI's compiler.
 
 Environment: XCIT_MMCV_CUDA (auto: CUDA ops when a GPU is visible; 1: always; 0: never),
 TORCH_CUDA_ARCH_LIST (e.g. "8.0;9.0+PTX"; default: the GPUs present), MAX_JOBS.
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mmcv_subset  # noqa: E402  (a module of tools/, beside this script)
+
 PROGRESS = re.compile(r'^\[(\d+)/(\d+)\]\s.*?(\S+\.(?:cpp|cu|cc))\b')
 ARCH = re.compile(r'^(\d+)\.(\d+)(\+PTX)?$')
 NVCC_RELEASE = re.compile(r'release (\d+)\.(\d+)')
@@ -35,6 +40,7 @@ TOOLKIT_PIN = re.compile(r'^cuda-toolkit(?:\[[^\]]*\])?\s*==\s*(\d+\.\d+(?:\.\d+
 SYSTEM_CUDA_DEFAULT = Path('/usr/local/cuda')
 # Included by torch's ATen/cuda headers, which mmcv's kernels include: a toolkit without them cannot build.
 TORCH_CUDA_HEADERS = ('cuda_runtime_api.h', 'cusparse.h', 'cublas_v2.h', 'cublasLt.h', 'cusolverDn.h')
+CXX20_FROM_TORCH = (2, 13)  # torch 2.13's headers warn under C++17, 2.14's refuse it
 
 
 def log(msg: str) -> None:
@@ -92,13 +98,15 @@ def wheel_tag() -> str:
 
 
 def cache_key(mmcv_version: str, tag: str, torch_version: str,
-              cuda_version: Optional[tuple[int, int]], archs: tuple[str, ...]) -> str:
-    """The cache folder name of a build: mmcv, Python/platform tag, torch, CUDA and architectures."""
+              cuda_version: Optional[tuple[int, int]], archs: tuple[str, ...], ops: tuple[str, ...] = ()) -> str:
+    """The cache folder name of a build: mmcv, Python/platform tag, torch, CUDA, architectures and,
+    for a build of some ops only, those ops."""
     key = f'mmcv-{mmcv_version}-{tag}-torch{torch_version}'
+    ops_part = '-ops_' + '+'.join(ops) if ops else ''
     if cuda_version is None:
-        return f'{key}-cpu'
+        return f'{key}-cpu{ops_part}'
     arch_part = '-'.join('sm_' + a.replace('.', '').replace('+PTX', '+ptx') for a in archs)
-    return f'{key}-cu{cuda_version[0]}.{cuda_version[1]}-{arch_part}'
+    return f'{key}-cu{cuda_version[0]}.{cuda_version[1]}-{arch_part}{ops_part}'
 
 
 def legacy_cpu_dir(wheels: Path, mmcv_version: str, torch_version: str) -> Path:
@@ -191,6 +199,17 @@ def find_system_toolkit(env: dict, default: Path = SYSTEM_CUDA_DEFAULT) -> Optio
     return default if (default / 'bin' / 'nvcc').exists() else None
 
 
+def cuda_lib_dir(home: Path) -> str:
+    """The library folder torch's extension builder links from: lib64, or lib when only it exists."""
+    return 'lib' if not (home / 'lib64').exists() and (home / 'lib').exists() else 'lib64'
+
+
+def toolkit_missing(home: Path) -> list[str]:
+    """What a toolkit at home lacks for the build, as paths under it (empty: it has all of it)."""
+    wanted = [f'include/{h}' for h in TORCH_CUDA_HEADERS] + [f'{cuda_lib_dir(home)}/libcudart.so']
+    return [path for path in wanted if not (home / path).exists()]
+
+
 def choose_system_toolkit(torch_cuda: str, env: dict, default: Path = SYSTEM_CUDA_DEFAULT) -> Optional[Toolkit]:
     """A system toolkit that can build against torch (its CUDA major version, its headers), else None, saying why."""
     home = find_system_toolkit(env, default)
@@ -207,10 +226,10 @@ def choose_system_toolkit(torch_cuda: str, env: dict, default: Path = SYSTEM_CUD
         log(f'the system CUDA toolkit at {home} is CUDA {found}, but torch was built with CUDA '
             f'{torch_cuda}: the major versions differ, so it cannot be used')
         return None
-    missing = [h for h in TORCH_CUDA_HEADERS if not (home / 'include' / h).exists()]
+    missing = toolkit_missing(home)
     if missing:
-        log(f'the system CUDA toolkit at {home} (CUDA {found}) lacks {", ".join(missing)}, which torch\'s '
-            'CUDA headers include, so it cannot be used')
+        log(f'the system CUDA toolkit at {home} (CUDA {found}) lacks {", ".join(missing)}, which the build '
+            'needs (torch\'s CUDA headers include the headers; the link needs libcudart.so), so it cannot be used')
         return None
     if version != want:
         log(f'warning: the system CUDA toolkit at {home} is CUDA {found}, torch was built with '
@@ -270,17 +289,23 @@ def fetch_sdist(version: str, dest: Path) -> Path:
     return archives[0]
 
 
-def patch_cxx_standard(src: Path) -> None:
-    """Replace the hard-coded -std=c++17 (host and nvcc) by -std=c++20."""
+def cxx_standard(torch_version: str) -> str:
+    """The C++ standard to compile with: C++20 from torch 2.13 on, else setup.py's own C++17."""
+    release = tuple(int(x) for x in re.findall(r'\d+', torch_version)[:2])
+    return 'c++20' if release >= CXX20_FROM_TORCH else 'c++17'
+
+
+def patch_cxx_standard(src: Path, standard: str) -> None:
+    """Replace the hard-coded -std=c++17 (host and nvcc) by -std=<standard> (nothing for c++17)."""
     setup_py = src / 'setup.py'
     text = setup_py.read_text()
     if '-std=c++17' not in text:
         sys.exit(f'[build_mmcv] {setup_py} has no -std=c++17 to patch: unexpected mmcv source')
-    setup_py.write_text(text.replace('-std=c++17', '-std=c++20'))
+    setup_py.write_text(text.replace('-std=c++17', f'-std={standard}'))
 
 
 def write_build_info(src: Path, key: str, torch_version: str, toolkit: Optional[Toolkit],
-                     archs: tuple[str, ...]) -> None:
+                     archs: tuple[str, ...], ops: tuple[str, ...] = ()) -> None:
     """Add mmcv/xcit_build_info.py to the source: what the compiled ops are built for."""
     cuda = None if toolkit is None else f'{toolkit.version[0]}.{toolkit.version[1]}'
     (src / 'mmcv' / 'xcit_build_info.py').write_text(
@@ -288,7 +313,8 @@ def write_build_info(src: Path, key: str, torch_version: str, toolkit: Optional[
         f'CACHE_KEY = {key!r}\n'
         f'TORCH_VERSION = {torch_version!r}\n'
         f'CUDA_VERSION = {cuda!r}  # None: CPU ops only\n'
-        f'CUDA_ARCH_LIST = {archs!r}  # TORCH_CUDA_ARCH_LIST entries, e.g. (\'8.0\', \'9.0+PTX\')\n')
+        f'CUDA_ARCH_LIST = {archs!r}  # TORCH_CUDA_ARCH_LIST entries, e.g. (\'8.0\', \'9.0+PTX\')\n'
+        f'OPS = {ops!r}  # (): every op; else only these (tools/build_mmcv.py --ops)\n')
 
 
 def build(src: Path, out: Path, env: dict, log_path: Path) -> None:
@@ -320,17 +346,26 @@ def build(src: Path, out: Path, env: dict, log_path: Path) -> None:
 
 
 def build_from_sdist(version: str, staging: Path, request: Request, toolkit: Optional[Toolkit],
-                     key: str, torch_version: str, log_path: Path) -> Path:
-    """Download, patch and compile mmcv in a temporary folder; return the wheel left in staging."""
+                     key: str, torch_version: str, log_path: Path, sdist: Optional[Path] = None,
+                     ops: tuple[str, ...] = ()) -> Path:
+    """Download (unless sdist is given), patch and compile mmcv in a temporary folder (only ``ops``
+    when some are named); return the wheel left in staging."""
     env = build_env(request, toolkit)
     with tempfile.TemporaryDirectory(prefix='mmcv-build-') as tmp:
         tmp = Path(tmp)
-        archive = fetch_sdist(version, tmp)
+        archive = sdist or fetch_sdist(version, tmp)
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter='data')
         src = tmp / f'mmcv-{version}'
-        patch_cxx_standard(src)
-        write_build_info(src, key, torch_version, toolkit, request.archs)
+        if not (src / 'setup.py').is_file():
+            sys.exit(f'[build_mmcv] {archive} holds no mmcv-{version}/setup.py')
+        standard = cxx_standard(torch_version)
+        log(f'compiling as {standard} for torch {torch_version}')
+        patch_cxx_standard(src, standard)
+        if ops:
+            sources = mmcv_subset.cut_source(src, ops)
+            log(f'only the ops {", ".join(ops)}: {len(sources)} source files')
+        write_build_info(src, key, torch_version, toolkit, request.archs, ops)
         build(src, staging, env, log_path)
     wheels = list(staging.glob('*.whl'))
     if not wheels:
@@ -340,8 +375,8 @@ def build_from_sdist(version: str, staging: Path, request: Request, toolkit: Opt
     return wheels[0]
 
 
-def installed_mismatch(version: str, request: Request) -> Optional[str]:
-    """Why the installed mmcv does not fit the request (None when it does)."""
+def installed_mismatch(version: str, request: Request, ops: tuple[str, ...] = ()) -> Optional[str]:
+    """Why the installed mmcv does not fit the request and ops (None when it does)."""
     try:
         import mmcv
         from mmcv.ops import nms  # noqa: F401  (fails when the compiled ops are missing)
@@ -349,11 +384,17 @@ def installed_mismatch(version: str, request: Request) -> Optional[str]:
         return f'mmcv with compiled ops does not import ({type(exc).__name__}: {exc})'
     if mmcv.__version__ != version:
         return f'mmcv {mmcv.__version__} is installed, {version} is required'
-    if not request.cuda:
-        return None
     try:
         from mmcv import xcit_build_info as info
     except ImportError:
+        info = None
+    built_ops = tuple(getattr(info, 'OPS', ()))
+    if built_ops != ops:
+        return (f'the installed mmcv holds the ops {", ".join(built_ops) or "all"}, '
+                f'{", ".join(ops) or "all"} requested')
+    if not request.cuda:
+        return None
+    if info is None:
         return 'the installed mmcv was not built by tools/build_mmcv.py: its CUDA architectures are unknown'
     if info.CUDA_VERSION is None or tuple(info.CUDA_ARCH_LIST) != request.archs:
         built = ';'.join(info.CUDA_ARCH_LIST) or 'CPU only'
@@ -375,7 +416,15 @@ def main() -> None:
     parser.add_argument('--cache', required=True, type=Path, help='cache root; wheels go to <cache>/wheels/<key>/')
     parser.add_argument('--check', action='store_true',
                         help='only check that the installed mmcv fits the request; exit 1 if not')
+    parser.add_argument('--sdist', type=Path, help="mmcv's source archive to build (default: download it)")
+    parser.add_argument('--ops', default=(), type=mmcv_subset.parse_ops,
+                        help=f'build only these ops (comma-separated, of: {", ".join(mmcv_subset.OPS)}); '
+                             'the others raise when called')
+    parser.add_argument('--offline', action='store_true',
+                        help="download nothing: needs --sdist, and a system CUDA toolkit for CUDA ops")
     args = parser.parse_args()
+    if args.offline and not args.sdist:
+        sys.exit('[build_mmcv] --offline needs --sdist')
     try:
         import torch
     except ImportError:
@@ -385,7 +434,8 @@ def main() -> None:
                                   os.environ.get('TORCH_CUDA_ARCH_LIST', ''), gpu_archs(), torch.version.cuda)
     except ValueError as exc:
         sys.exit(f'[build_mmcv] {exc}')
-    mismatch = installed_mismatch(args.version, request)
+    ops = args.ops or ()
+    mismatch = installed_mismatch(args.version, request, ops)
     if args.check:
         if mismatch:
             sys.exit(f'[build_mmcv] after installing: {mismatch}')
@@ -403,6 +453,9 @@ def main() -> None:
         toolkit = choose_system_toolkit(torch.version.cuda, os.environ)
         if toolkit:
             log(f'using the system CUDA toolkit at {toolkit.home} (CUDA {toolkit.version[0]}.{toolkit.version[1]})')
+        elif args.offline:
+            sys.exit('[build_mmcv] --offline: no usable system CUDA toolkit (see above), and NVIDIA\'s PyPI '
+                     'compiler cannot be downloaded')
         else:
             pin = toolkit_pin(importlib.metadata.requires('torch') or [])
             if pin is None:
@@ -411,19 +464,19 @@ def main() -> None:
             log(f'using NVIDIA\'s PyPI CUDA compiler {pin} (torch\'s pin) in this virtual environment')
         cuda_version = toolkit.version if toolkit else tuple(int(x) for x in pin.split('.')[:2])
     else:
-        legacy = find_wheel(legacy_cpu_dir(wheels, args.version, torch_version), args.version, tag)
+        legacy = None if ops else find_wheel(legacy_cpu_dir(wheels, args.version, torch_version), args.version, tag)
         if legacy:
             log(f'reusing the mmcv wheel built before: {legacy}')
             print(legacy)
             return
         cuda_version = None
-    key = cache_key(args.version, tag, torch_version, cuda_version, request.archs)
+    key = cache_key(args.version, tag, torch_version, cuda_version, request.archs, ops)
 
     def build_into(staging: Path) -> Path:
         """Compile into staging (installing the PyPI compiler first when it is the one chosen)."""
         tk = toolkit or (install_pypi_toolkit(pin) if pin else None)
         return build_from_sdist(args.version, staging, request, tk, key, torch_version,
-                                wheels / key / 'build.log')
+                                wheels / key / 'build.log', args.sdist, ops)
 
     print(obtain_wheel(wheels / key, args.version, tag, build_into))
 

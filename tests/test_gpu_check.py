@@ -1,31 +1,54 @@
-"""tools/gpu_check.py: every step at tiny sizes on the CPU, and results kept step by step."""
+"""tools/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, failures
+counted from the results, budgets that cut a step, and subprocesses that never outlive it."""
+import importlib.util
 import json
+import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import torch
 
-from helpers import ROOT, run
+from helpers import ROOT, launch_env, spawned
 from xcit_dense.benchmark import gpu_check
 
+_spec = importlib.util.spec_from_file_location('gpu_check_tool', ROOT / 'tools' / 'gpu_check.py')
+gpu_check_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check_tool)
 
-def test_every_step_runs_tiny_on_the_cpu(tmp_path):
-    proc = run([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
-                '--out-dir', str(tmp_path)], timeout=1200)
-    data = json.loads((tmp_path / 'gpu_check.json').read_text())
+
+def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_backbone(tmp_path):
+    """The whole check; the benchmark step's results are on disk after each backbone, read at its log line."""
+    benchmark_on_disk = []
+    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
+                  '--out-dir', str(tmp_path / 'out')], env=launch_env(), stdout=subprocess.PIPE,
+                 stderr=open(tmp_path / 'stderr', 'w'), text=True) as proc:
+        for line in proc.stdout:
+            if 'rows written' in line:
+                steps = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']
+                benchmark_on_disk.append(steps['benchmark'])
+        returncode = proc.wait(timeout=1200)
+    stderr = (tmp_path / 'stderr').read_text()
+    data = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())
     steps = data['steps']
-    assert list(steps) == ['ops', 'det_train', 'seg_train', 'benchmark', 'compile', 'launch'], proc.stderr[-3000:]
-    assert proc.returncode == 0, {k: v.get('error') for k, v in steps.items()}
+    assert list(steps) == ['ops', 'det_train', 'seg_train', 'launch', 'compile', 'benchmark'], stderr[-3000:]
+    assert returncode == 0, {k: v['failed'] for k, v in steps.items()}
+    assert not any(v['failed'] for v in steps.values())
     assert steps['ops']['all_ok'] and len(steps['ops']['rows']) == 5
     det = {row['precision']: row for row in steps['det_train']['rows']}
     assert torch.isfinite(torch.tensor(det['fp32']['loss'])) and 'loss_mask' in det['fp32']['losses']
+    assert det['fp16']['skipped'].startswith('not run') and torch.isfinite(torch.tensor(det['bf16']['loss']))
     seg = {row['precision']: row for row in steps['seg_train']['rows']}
     assert seg['bf16']['loss_rel_to_fp32'] < 0.01  # the target for fp16/bf16 on a GPU
-    assert {row['status'] for row in steps['benchmark']['rows']} == {'ok'}
+    assert {row['status'] for row in steps['benchmark']['rows']} == {'ok'} and 'partial' not in steps['benchmark']
+    first, second = gpu_check.benchmark_plan(True)[0]
+    assert [[row['model'] for row in step['rows']] for step in benchmark_on_disk] == [[first], [first, second]]
+    assert all(step['partial'] for step in benchmark_on_disk)
     assert steps['compile']['max_abs_diff'] < 1e-4
     launch = steps['launch']
     assert launch['exit_status'] == 0 and launch['backend'] == launch['expected_backend'] == 'gloo'
     assert 'world size 1' in launch['plan']
-    markdown = (tmp_path / 'gpu_check.md').read_text()
+    markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()
     assert '## ops' in markdown and '| roi_align (mask targets) |' in markdown
 
 
@@ -56,3 +79,91 @@ def test_ops_disagreeing_beyond_the_tolerance_are_flagged(monkeypatch):
     flagged = {row['op'] for row in result['rows'] if not row['ok']}
     assert not result['all_ok'] and {'RoIAlign (mmcv kernel)', 'roi_align (mask targets)'} <= flagged
     assert not flagged & {'nms (kept indices)', 'batched_nms (kept indices)'}
+
+
+def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatch):
+    """mmcv's real kernels against a reference shifted by 1e-3: the check exits 1, naming the ops."""
+    import torchvision
+    real = torchvision.ops.roi_align
+    monkeypatch.setattr(torchvision.ops, 'roi_align', lambda *a, **k: real(*a, **k) + 1e-3)
+    status = gpu_check_tool.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
+    ops = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['ops']
+    assert status == 1 and ops['all_ok'] is False
+    assert any(reason.startswith('RoIAlign (mmcv kernel)') for reason in ops['failed'])
+    assert 'FAILED: roi_align (mask targets)' in (tmp_path / 'gpu_check.md').read_text()
+
+
+LAUNCH_OK = dict(exit_status=0, plan='Run plan: world size 1, backend gloo', backend='gloo', syncbn_kept=True,
+                 expected_backend='gloo')
+
+
+@pytest.mark.parametrize('step, result, reason', [
+    ('launch', dict(LAUNCH_OK, exit_status=1), 'the launched run exited 1'),
+    ('launch', dict(LAUNCH_OK, exit_status='timeout'), 'the launched run exited timeout'),
+    ('launch', dict(LAUNCH_OK, backend='gloo', expected_backend='nccl'), 'backend gloo, nccl expected'),
+    ('launch', dict(LAUNCH_OK, plan=None, backend=None), 'backend None, gloo expected'),
+    ('det_train', dict(rows=[dict(model='Mask R-CNN', precision='fp32', loss=1.0),
+                             dict(model='Mask R-CNN', precision='bf16', error='not supported')]),
+     'Mask R-CNN bf16: not supported'),
+    ('benchmark', dict(rows=[dict(model='swin_t', resolution='512', mode='infer', status='error',
+                                  note='exit 1: CUDA error')]), 'swin_t 512 infer: exit 1: CUDA error'),
+    ('ops', dict(rows=[], all_ok=False), 'all_ok is False'),
+    ('compile', dict(error='cut: over its budget of 5 s', cut=True), 'error: cut: over its budget of 5 s'),
+])
+def test_results_that_say_a_step_failed_fail_it_and_the_exit_status(step, result, reason):
+    assert reason in gpu_check.step_failures(step, result)
+    data = dict(steps={'ops': dict(rows=[], all_ok=True, failed=[]),
+                       step: dict(result, failed=gpu_check.step_failures(step, result))})
+    assert step in gpu_check.failed_steps(data)
+
+
+def test_results_of_passing_steps_fail_nothing():
+    assert gpu_check.step_failures('launch', LAUNCH_OK) == []
+    assert gpu_check.step_failures('benchmark', dict(rows=[dict(model='r50', status='ok'),
+                                                           dict(model='r50', status='skipped')])) == []
+    assert gpu_check.step_failures('ops', dict(rows=[dict(op='nms', ok=True)], all_ok=True)) == []
+
+
+def test_a_step_over_its_budget_is_cut_recorded_and_the_next_runs(tmp_path):
+    data = gpu_check.run_check(torch.device('cpu'), True, tmp_path, ['compile', 'ops'], log=lambda line: None,
+                               budgets={'compile': 0.3})
+    compiled = data['steps']['compile']
+    assert compiled['cut'] and compiled['error'] == 'cut: over its budget of 0.3 s'
+    assert compiled['seconds'] < 3 and compiled['failed']
+    assert data['steps']['ops']['failed'] == [] and gpu_check.failed_steps(data) == ['compile']
+    assert json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['compile']['cut']
+
+
+def _grandchild_command(pid_file: Path) -> list:
+    """bash starting a long child of its own, as torchrun starts workers; its pid goes to pid_file."""
+    return ['bash', '-c', f'sleep 300 & echo $! > {pid_file}; wait']
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/status').read_text()
+    except OSError:
+        return True
+    return '\nState:\tZ' in state  # reaped by nobody yet, but ended
+
+
+def test_a_subprocess_past_its_timeout_is_killed_with_its_children(tmp_path):
+    proc = gpu_check.run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=1)
+    assert proc.returncode == 'timeout' and 'killed after 1 s' in proc.stderr
+    assert _gone(int((tmp_path / 'pid').read_text()))
+
+
+def test_a_budget_cut_kills_the_running_subprocess_and_its_children(tmp_path):
+    with pytest.raises(gpu_check.StepBudgetExceeded):
+        with gpu_check._budget(1):
+            gpu_check.run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
+    assert _gone(int((tmp_path / 'pid').read_text()))
+
+
+def test_nms_pairs_at_the_threshold_are_left_out_of_the_comparison():
+    boxes = torch.tensor([[0., 0., 2., 1.], [0., 0., 1., 1.],         # IoU exactly 0.5
+                          [10., 10., 12., 11.], [10., 10., 11.01, 11.],  # IoU 0.505
+                          [20., 20., 21., 21.]])
+    assert gpu_check.clear_of_threshold(boxes, 0.5).tolist() == [False, False, True, True, True]
+    assert gpu_check.clear_of_threshold(boxes, 0.505, margin=1e-3).tolist() == [True, True, False, False, True]
+

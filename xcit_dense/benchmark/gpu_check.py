@@ -1,16 +1,21 @@
 """The prepared GPU check behind ``tools/gpu_check.py``.
 
-Six steps, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon as it is measured (a
-check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops; a training
-iteration of Mask R-CNN (XCiT-S12/16 and mmdet's Swin-T) and of UperNet XCiT-S12/16 in fp32,
-fp16 (dynamic loss scaling) and bf16; the benchmark; ``torch.compile`` of the backbone; a
-one-process run through ``tools/dist_train.sh``. ``tiny=True`` runs every step at tiny sizes,
-on a CPU too, where the ops are checked against torchvision's instead of the CPU's own.
+Six steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
+as it is measured (a check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops;
+a training iteration of Mask R-CNN (XCiT-S12/16 and mmdet's Swin-T) and of UperNet XCiT-S12/16 in
+fp32, fp16 (dynamic loss scaling) and bf16; a one-process run through ``tools/dist_train.sh``;
+``torch.compile`` of the backbone; the benchmark (written after each backbone). Each step may have
+a time budget, past which it is cut and recorded as such. A step fails when it raises and when its
+results say so (see ``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too,
+where the ops are checked against torchvision's instead of the CPU's own.
 """
+import csv
 import importlib
 import json
+import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -27,8 +32,21 @@ from .measure import Timer, random_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+# Known to fail, and why: mmcv's CPU RoIAlign has no half kernel ("expected scalar type Float but found Half").
+CPU_DET_SKIP = {'fp16': "not run: mmcv's CPU RoIAlign has no half-precision kernel"}
 SWIN_T_MASK_RCNN = 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'  # in mmdet's installed configs
 OPS_TOLERANCE = 1e-4
+NMS_THRESHOLD = 0.5
+# CUDA's nms keeps a box when inter <= t * union, the CPU's when inter / union <= t: at an IoU this
+# close to t they may disagree, so boxes with such a pair are left out of the comparison.
+NMS_TIE_MARGIN = 1e-6
+LAUNCH_TIMEOUT_S = 600  # far below NCCL's 30-minute collective timeout
+STEPS = ('ops', 'det_train', 'seg_train', 'launch', 'compile', 'benchmark')  # most valuable first
+NEEDS_NO_COMPILED_OP = ('compile', 'benchmark')  # what still runs where mmcv's ops failed to build
+
+
+class StepBudgetExceeded(BaseException):
+    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it)."""
 
 
 class Report:
@@ -55,6 +73,8 @@ class Report:
                  f"torch {head['torch']}, CUDA {head['cuda']}, mmcv {head['mmcv']}, tiny: {head['tiny']}", '']
         for step, result in self.data['steps'].items():
             lines += [f'## {step}', '']
+            if result.get('failed'):
+                lines += [f'FAILED: {reason}' for reason in result['failed']] + ['']
             if 'error' in result:
                 lines += [f"error: {result['error']}", '']
                 continue
@@ -64,7 +84,7 @@ class Report:
                 lines += ['| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys)]
                 lines += ['| ' + ' | '.join(_fmt(row.get(k)) for k in keys) + ' |' for row in rows]
                 lines.append('')
-            lines += [f'- {k}: {_fmt(v)}' for k, v in result.items() if k != 'rows'] + ['']
+            lines += [f'- {k}: {_fmt(v)}' for k, v in result.items() if k not in ('rows', 'failed')] + ['']
         return '\n'.join(lines)
 
 
@@ -75,11 +95,15 @@ def _fmt(value) -> str:
 
 
 def header(device: torch.device, tiny: bool) -> dict:
-    """What the check ran on."""
-    import mmcv
+    """What the check ran on (mmcv None where it is not installed: only steps without it can run)."""
+    try:
+        import mmcv
+        mmcv_version = mmcv.__version__
+    except ImportError:
+        mmcv_version = None
     cuda = device.type == 'cuda'
     return dict(device=str(device), tiny=tiny, torch=torch.__version__, cuda=torch.version.cuda,
-                mmcv=mmcv.__version__,
+                mmcv=mmcv_version,
                 device_name=torch.cuda.get_device_name(device) if cuda else 'CPU',
                 capability='%d.%d' % torch.cuda.get_device_capability(device) if cuda else None,
                 time=time.strftime('%Y-%m-%d %H:%M:%S'))
@@ -93,6 +117,16 @@ def _random_boxes(n: int, size: float, gen: torch.Generator) -> torch.Tensor:
     return torch.cat([xy, xy + wh], 1)
 
 
+def clear_of_threshold(boxes: torch.Tensor, threshold: float, margin: float = NMS_TIE_MARGIN) -> torch.Tensor:
+    """A mask of the boxes whose IoU with every other box is farther than ``margin`` from
+    ``threshold`` (where the CUDA and CPU kernels' comparisons cannot disagree)."""
+    import torchvision
+    iou = torchvision.ops.box_iou(boxes.double(), boxes.double())
+    near = (iou - threshold).abs() <= margin
+    near.fill_diagonal_(False)
+    return ~near.any(1)
+
+
 def check_ops(device: torch.device, tiny: bool) -> dict:
     """mmcv's ops on ``device`` against the CPU ones (on a CPU: against torchvision's)."""
     import torchvision
@@ -101,6 +135,8 @@ def check_ops(device: torch.device, tiny: bool) -> dict:
     n, size, channels = (200, 64.0, 8) if tiny else (5000, 800.0, 256)
     boxes, scores = _random_boxes(n, size, gen), torch.rand(n, generator=gen)
     idxs = torch.randint(0, 20, (n,), generator=gen)
+    clear = clear_of_threshold(boxes, NMS_THRESHOLD)
+    boxes, scores, idxs = boxes[clear], scores[clear], idxs[clear]
     feats = torch.randn(2, channels, int(size) // 4, int(size) // 4, generator=gen)
     rois = torch.cat([torch.randint(0, 2, (64, 1), generator=gen).float(), _random_boxes(64, size, gen)], 1)
     gt_masks = (torch.rand(8, 1, int(size), int(size), generator=gen) > 0.5).float()
@@ -120,12 +156,13 @@ def check_ops(device: torch.device, tiny: bool) -> dict:
         ok = same_shape and (torch.equal(got, want) if exact else diff <= OPS_TOLERANCE)
         rows.append(dict(op=name, shape=tuple(got.shape), max_abs_diff=diff if same_shape else None, ok=ok))
 
-    _, keep = nms(to(boxes), to(scores), 0.5)
-    ref_keep = nms(boxes, scores, 0.5)[1] if on_gpu else torchvision.ops.nms(boxes, scores, 0.5)
+    t = NMS_THRESHOLD
+    _, keep = nms(to(boxes), to(scores), t)
+    ref_keep = nms(boxes, scores, t)[1] if on_gpu else torchvision.ops.nms(boxes, scores, t)
     compare('nms (kept indices)', keep, ref_keep, exact=True)
-    _, keep = batched_nms(to(boxes), to(scores), to(idxs), dict(type='nms', iou_threshold=0.5))
-    ref_keep = (batched_nms(boxes, scores, idxs, dict(type='nms', iou_threshold=0.5))[1] if on_gpu
-                else torchvision.ops.batched_nms(boxes, scores, idxs, 0.5))
+    _, keep = batched_nms(to(boxes), to(scores), to(idxs), dict(type='nms', iou_threshold=t))
+    ref_keep = (batched_nms(boxes, scores, idxs, dict(type='nms', iou_threshold=t))[1] if on_gpu
+                else torchvision.ops.batched_nms(boxes, scores, idxs, t))
     compare('batched_nms (kept indices)', keep, ref_keep, exact=True)
     for use_torchvision in (False, True):
         layer = RoIAlign((7, 7), spatial_scale=0.25, sampling_ratio=0, aligned=True,
@@ -139,7 +176,8 @@ def check_ops(device: torch.device, tiny: bool) -> dict:
     want = (roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, 'avg', True) if on_gpu else
             torchvision.ops.roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, aligned=True))
     compare('roi_align (mask targets)', got, want)
-    return dict(rows=rows, reference=reference, tolerance=OPS_TOLERANCE, all_ok=all(r['ok'] for r in rows))
+    return dict(rows=rows, reference=reference, tolerance=OPS_TOLERANCE, all_ok=all(r['ok'] for r in rows),
+                nms_boxes_left_out_near_threshold=int((~clear).sum()))
 
 
 # 2.-3. training iterations ---------------------------------------------------------------
@@ -164,12 +202,16 @@ def _train_model(config: str, device: torch.device, tiny: bool):
 
 
 def train_iterations(config: str, size: Tuple[int, int], batch: int, device: torch.device,
-                     tiny: bool, iters: int, warmup: int) -> List[dict]:
+                     tiny: bool, iters: int, warmup: int, skip: Optional[Dict[str, str]] = None) -> List[dict]:
     """Seconds per iteration (median after warm-up), peak allocated memory and the first
-    iteration's losses of SGD training steps in each precision, from the same weights."""
+    iteration's losses of SGD training steps in each precision, from the same weights; the
+    precisions in ``skip`` are not run, their rows say why."""
     rows = []
     fp32_loss = None
     for precision, dtype in PRECISIONS.items():
+        if precision in (skip or {}):
+            rows.append(dict(precision=precision, skipped=skip[precision]))
+            continue
         model = _train_model(config, device, tiny)
         inputs, samples = random_samples(task_of_model(model), batch, size)
         inputs, samples = inputs.to(device), [s.to(device) for s in samples]
@@ -211,27 +253,70 @@ def train_iterations(config: str, size: Tuple[int, int], batch: int, device: tor
 
 # 4. the benchmark -------------------------------------------------------------------------
 
-def run_benchmark_tool(device: torch.device, tiny: bool, out_dir: Path) -> dict:
-    """tools/benchmark.py on ``device`` (a command of its own, in a fresh process)."""
+def run_bounded(cmd: List[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """Run cmd in a process group of its own, its output captured; past ``timeout`` seconds, or if
+    the caller is interrupted (a step's budget), the whole group is killed (torchrun's workers too)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, 'timeout', out, err + f'\n[killed after {timeout:.0f} s]')
+    finally:
+        _kill_group(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill proc's process group (what is left of it), then reap proc."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def benchmark_plan(tiny: bool) -> Tuple[List[str], List[str], str]:
+    """The backbones, resolutions and mode the benchmark step measures."""
     if tiny:
-        models, resolutions, mode = ['xcit_t12_p16'], ['64', '96'], 'infer'
-    else:
-        models, resolutions, mode = (['xcit_s12_p16', 'xcit_s12_p8', 'swin_t', 'vit_s16', 'r50'],
-                                     ['512', '1024', '1600'], 'both')
-    bench_dir = out_dir / 'benchmark'
-    cmd = [sys.executable, str(ROOT / 'tools/benchmark.py'), '--backbones', *models, '--resolutions',
-           *resolutions, '--mode', mode, '--device', device.type, '--out-dir', str(bench_dir)]
-    if tiny:
-        cmd += ['--repeats', '1', '--warmup', '0', '--threads', '1']
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f'tools/benchmark.py exited {proc.returncode}: {proc.stderr[-500:]}')
-    import csv
-    with open(bench_dir / 'benchmark.csv') as f:
-        rows = [dict(model=r['model'], resolution=r['resolution'], mode=r['mode'], status=r['status'],
-                     time_ms=float(r['time_ms'] or 'nan'), peak_mem_mb=float(r['peak_mem_mb'] or 'nan'))
-                for r in csv.DictReader(f)]
-    return dict(rows=rows, tables=str(bench_dir / 'benchmark.md'))
+        return ['xcit_t12_p16', 'xcit_t12_p8'], ['64'], 'infer'
+    return ['xcit_s12_p16', 'swin_t', 'xcit_s12_p8', 'vit_s16', 'r50'], ['512', '1024', '1600'], 'both'
+
+
+def run_benchmark_tool(device: torch.device, tiny: bool, out_dir: Path,
+                       on_rows: Callable[[List[dict]], None] = lambda rows: None,
+                       deadline: float = math.inf) -> dict:
+    """tools/benchmark.py on ``device``, one command per backbone (each run in fresh processes),
+    within the time left before ``deadline`` (time.monotonic()); ``on_rows`` gets the rows so far
+    after each backbone, so that a step cut short keeps what it measured."""
+    models, resolutions, mode = benchmark_plan(tiny)
+    rows: List[dict] = []
+    for model in models:
+        left = deadline - time.monotonic()
+        if left < 5:
+            rows += [dict(model=model, resolution=r, mode=mode, status='skipped', note='step budget spent')
+                     for r in resolutions]
+            continue
+        bench_dir = out_dir / 'benchmark' / model
+        cmd = [sys.executable, str(ROOT / 'tools/benchmark.py'), '--backbones', model, '--resolutions',
+               *resolutions, '--mode', mode, '--device', device.type, '--out-dir', str(bench_dir)]
+        if math.isfinite(left):
+            cmd += ['--budget-s', str(int(left))]
+        if tiny:
+            cmd += ['--repeats', '1', '--warmup', '0', '--threads', '1']
+        proc = run_bounded(cmd, timeout=min(left, 3600))
+        if proc.returncode != 0 or not (bench_dir / 'benchmark.csv').is_file():
+            rows.append(dict(model=model, mode=mode, status='error',
+                             note=f'tools/benchmark.py exited {proc.returncode}: {proc.stderr[-300:]}'))
+        else:
+            with open(bench_dir / 'benchmark.csv') as f:
+                rows += [dict(model=r['model'], resolution=r['resolution'], mode=r['mode'], status=r['status'],
+                              time_ms=float(r['time_ms'] or 'nan'), peak_mem_mb=float(r['peak_mem_mb'] or 'nan'),
+                              note=r.get('note', '')) for r in csv.DictReader(f)]
+        on_rows(rows)
+    return dict(rows=rows, tables=str(out_dir / 'benchmark'))
 
 
 # 5. torch.compile ---------------------------------------------------------------------------
@@ -280,14 +365,15 @@ def launch_run(device: torch.device, work: Path) -> dict:
         "train_cfg = dict(max_iters=3, val_interval=3)\n"
         "default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=3))\n")
     env = dict(os.environ, PORT=str(_free_port()), PYTHON=sys.executable)
-    proc = subprocess.run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1',
-                           '--work-dir', str(work / 'run')], capture_output=True, text=True, env=env)
+    proc = run_bounded(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work / 'run')],
+                       timeout=LAUNCH_TIMEOUT_S, env=env)
     out = proc.stdout + proc.stderr
     plan = re.search(r'Run plan: [^\n]*', out)
     return dict(exit_status=proc.returncode, plan=plan.group(0) if plan else None,
                 backend=(re.search(r'backend (\w+)', plan.group(0)).group(1) if plan else None),
                 syncbn_kept='SyncBN replaced by BN' not in out,
-                expected_backend='nccl' if device.type == 'cuda' else 'gloo')
+                expected_backend='nccl' if device.type == 'cuda' else 'gloo',
+                output_tail=out[-1500:] if proc.returncode != 0 else None)
 
 
 def _free_port() -> int:
@@ -299,41 +385,109 @@ def _free_port() -> int:
 
 # the whole check ------------------------------------------------------------------------------
 
+def step_failures(step: str, result: dict) -> List[str]:
+    """Why a step's results say it failed (empty: it passed): an exception or a cut, rows with an
+    error (a precision the device refused, a benchmark run that broke), ops that disagree, a
+    launched run that did not exit 0 or ran on another backend than the device's."""
+    reasons = [f"error: {result['error']}"] if 'error' in result else []
+    for row in result.get('rows', []):
+        label = ' '.join(str(row[k]) for k in ('op', 'model', 'precision', 'resolution', 'mode') if k in row)
+        if 'error' in row:
+            reasons.append(f"{label}: {row['error']}")
+        elif row.get('status') == 'error':
+            reasons.append(f"{label}: {row.get('note', 'error')}")
+        elif row.get('ok') is False:
+            reasons.append(f'{label}: disagrees with the reference (max abs diff {_fmt(row.get("max_abs_diff"))})')
+    if step == 'ops' and result.get('all_ok') is False and not reasons:
+        reasons.append('all_ok is False')
+    if step == 'launch' and 'error' not in result:
+        if result.get('exit_status') != 0:
+            reasons.append(f"the launched run exited {result.get('exit_status')}")
+        if result.get('backend') != result.get('expected_backend'):
+            reasons.append(f"backend {result.get('backend')}, {result.get('expected_backend')} expected")
+    return reasons
+
+
 def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[List[str]] = None,
-              log: Callable[[str], None] = print) -> dict:
-    """Run the chosen steps (all by default), writing each result as soon as it is measured;
-    a failing step is recorded with its error and the next one runs."""
+              log: Callable[[str], None] = lambda line: print(line, flush=True),
+              budgets: Optional[Dict[str, float]] = None) -> dict:
+    """Run the chosen steps (all by default, in ``STEPS`` order), writing each result as soon as it
+    is measured; a step over its budget (seconds, ``budgets``) is cut; a failing step is recorded
+    with its reasons (``failed``) and the next one runs."""
     report = Report(out_dir, header(device, tiny))
+    budgets = budgets or {}
     iters, warmup = (1, 0) if tiny else (5, 3)
     det_size, seg_size = ((96, 64), (64, 64)) if tiny else ((800, 1333), (512, 512))
     det = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
     seg = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
     swin = None if tiny else str(Path(importlib.import_module('mmdet').__file__).parent / '.mim/configs' / SWIN_T_MASK_RCNN)
+
+    def benchmark(deadline: float) -> dict:
+        def progress(rows: List[dict]) -> None:
+            report.add('benchmark', dict(rows=list(rows), partial=True))
+            log(f'[gpu_check] benchmark: {len(rows)} rows written')
+        return run_benchmark_tool(device, tiny, out_dir, progress, deadline)
+
     plan = {
-        'ops': lambda: check_ops(device, tiny),
-        'det_train': lambda: dict(rows=[
+        'ops': lambda deadline: check_ops(device, tiny),
+        'det_train': lambda deadline: dict(rows=[
             dict(model=name, **row)
             for name, cfg in (('Mask R-CNN XCiT-S12/16', det), ('Mask R-CNN Swin-T (mmdet)', swin)) if cfg
-            for row in train_iterations(cfg, det_size, 2, device, tiny, iters, warmup)], size=det_size),
-        'seg_train': lambda: dict(rows=[dict(model='UperNet XCiT-S12/16', **row) for row in
-                                        train_iterations(seg, seg_size, 2, device, tiny, iters, warmup)],
-                                  size=seg_size),
-        'benchmark': lambda: run_benchmark_tool(device, tiny, out_dir),
-        'compile': lambda: compile_backbone(device, tiny, repeats=3 if tiny else 10),
-        'launch': lambda: _with_tmp(lambda tmp: launch_run(device, tmp)),
+            for row in train_iterations(cfg, det_size, 2, device, tiny, iters, warmup,
+                                        CPU_DET_SKIP if device.type == 'cpu' else None)], size=det_size),
+        'seg_train': lambda deadline: dict(rows=[dict(model='UperNet XCiT-S12/16', **row) for row in
+                                                 train_iterations(seg, seg_size, 2, device, tiny, iters, warmup)],
+                                           size=seg_size),
+        'launch': lambda deadline: _with_tmp(lambda tmp: launch_run(device, tmp)),
+        'compile': lambda deadline: compile_backbone(device, tiny, repeats=3 if tiny else 10),
+        'benchmark': benchmark,
     }
-    for step in steps or list(plan):
+    for step in steps or list(STEPS):
         start = time.monotonic()
-        log(f'[gpu_check] {step} ...')
+        budget = budgets.get(step)
+        log(f'[gpu_check] {step} ...' + (f' (budget {budget:g} s)' if budget else ''))
         try:
-            result = plan[step]()
+            with _budget(budget):
+                result = plan[step](start + budget if budget else math.inf)
+        except StepBudgetExceeded:
+            result = dict(error=f'cut: over its budget of {budget:g} s', cut=True)
         except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
             result = dict(error=f'{type(exc).__name__}: {exc}', traceback=traceback.format_exc(limit=5))
         result['seconds'] = time.monotonic() - start
+        result['failed'] = step_failures(step, result)
         report.add(step, result)
-        log(f"[gpu_check] {step}: {'error: ' + result['error'] if 'error' in result else 'done'} "
+        log(f"[gpu_check] {step}: {'FAILED: ' + '; '.join(result['failed']) if result['failed'] else 'passed'} "
             f"({result['seconds']:.0f} s)")
     return report.data
+
+
+def failed_steps(data: dict) -> List[str]:
+    """The steps of a check's results that failed."""
+    return [step for step, result in data['steps'].items() if result.get('failed')]
+
+
+class _budget:
+    """Raise StepBudgetExceeded in the main thread once ``seconds`` have passed (None: no limit).
+
+    A step stuck inside one long C call is interrupted when that call returns to Python; the
+    subprocesses of the steps have their own timeouts (run_bounded)."""
+
+    def __init__(self, seconds: Optional[float]):
+        self.seconds = seconds
+
+    def __enter__(self) -> None:
+        if self.seconds:
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc) -> None:
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    @staticmethod
+    def _expire(signum, frame) -> None:
+        raise StepBudgetExceeded()
 
 
 def _with_tmp(fn: Callable[[Path], dict]) -> dict:

@@ -43,7 +43,7 @@ def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_bac
     assert {row['status'] for row in steps['benchmark']['rows']} == {'ok'} and 'partial' not in steps['benchmark']
     first, second = gpu_check.benchmark_plan(True)[0]
     assert [[row['model'] for row in step['rows']] for step in benchmark_on_disk] == [[first], [first, second]]
-    assert all(step['partial'] for step in benchmark_on_disk)
+    assert benchmark_on_disk[0]['partial']  # (the last one may already be the final result, written right after)
     assert steps['compile']['max_abs_diff'] < 1e-4
     launch = steps['launch']
     assert launch['exit_status'] == 0 and launch['backend'] == launch['expected_backend'] == 'gloo'

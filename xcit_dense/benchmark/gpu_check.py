@@ -37,7 +37,7 @@ CPU_DET_SKIP = {'fp16': "not run: mmcv's CPU RoIAlign has no half-precision kern
 SWIN_T_MASK_RCNN = 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'  # in mmdet's installed configs
 OPS_TOLERANCE = 1e-4
 NMS_THRESHOLD = 0.5
-# CUDA's nms keeps a box when inter <= t * union, the CPU's when inter / union <= t: at an IoU this
+# CUDA's nms suppresses a box when inter > t * union, the CPU's when inter / union > t: at an IoU this
 # close to t they may disagree, so boxes with such a pair are left out of the comparison.
 NMS_TIE_MARGIN = 1e-6
 LAUNCH_TIMEOUT_S = 600  # far below NCCL's 30-minute collective timeout

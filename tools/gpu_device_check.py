@@ -57,7 +57,8 @@ class Summary:
 def run(cmd: List[str], limit: float, env: Optional[Dict[str, str]] = None, log: Optional[Path] = None,
         cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run cmd in a session of its own with a time limit (the group is killed past it); its output
-    goes to log (appended) when given, else is captured. returncode is 'timeout' when cut."""
+    goes to log (appended) when given, else is captured. returncode is 'timeout' when cut.
+    (The check's own run_bounded does the same; this script runs before the stack it imports is installed.)"""
     out = open(log, 'a') if log else subprocess.PIPE
     try:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE,

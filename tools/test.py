@@ -12,7 +12,7 @@ from mmengine.registry import RUNNERS
 
 from xcit_dense.builder import load_config
 from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
-                                   read_checkpoint)
+                                   local_checkpoint, read_checkpoint)
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.datasets.problems import bad_sample_message
@@ -23,7 +23,8 @@ from xcit_dense.tasks import task_of_config
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('config', help='test config file')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('checkpoint', help="checkpoint file or https URL (this toolkit's or the authors' "
+                                           'released models)')
     parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
     parser.add_argument('--out', help='save the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
@@ -52,10 +53,20 @@ def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
             cfg.visualizer.save_dir = os.path.abspath(show_dir)
 
 
+def warn_other_classes(runner, checkpoint: str) -> None:
+    """Warn when the checkpoint names other classes than the test set (whose names the metrics use)."""
+    saved = (read_checkpoint(checkpoint).get('meta') or {}).get('dataset_meta', {}).get('classes')
+    tested = runner.test_dataloader.dataset.metainfo.get('classes')
+    if saved and tested and tuple(saved) != tuple(tested):
+        runner.logger.warning(f'{checkpoint} was trained on the classes {", ".join(saved[:5])}, ... '
+                              f'({len(saved)}), the test set has {", ".join(tested[:5])}, ... ({len(tested)}): '
+                              f'the metrics name the test set\'s')
+
+
 def main() -> None:
     args = parse_args()
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
-        if not os.path.isfile(path):
+        if '://' not in path and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
     allow_mmengine_checkpoints()
     try:
@@ -65,6 +76,7 @@ def main() -> None:
     try:
         cfg = load_config(args.config, args.cfg_options)
         task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
+        args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
         exit_once_per_node(f'error: {exc}')
@@ -87,6 +99,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
         check_matches_model(runner.model, args.checkpoint)
     except CheckpointError as exc:
         sys.exit(f'error: {exc}')
+    warn_other_classes(runner, args.checkpoint)
     runner.logger.info(f'Test plan: {describe_topology(backend)}')
     try:
         runner.test()

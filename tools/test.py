@@ -1,5 +1,6 @@
 """Evaluate a checkpoint (COCO bbox/segm mAP or mIoU, as the config says); optionally save
-the predictions (--out) and draw them (--show-dir)."""
+the predictions (--out), draw them (--show-dir), or test with the config's test-time augmentation
+(--tta: multi-scale and flip for the ADE20K configs)."""
 import argparse
 import os
 import sys
@@ -28,6 +29,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
     parser.add_argument('--out', help='save the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
+    parser.add_argument('--tta', action='store_true',
+                        help="test-time augmentation: the config's tta_pipeline and tta_model")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. test_dataloader.batch_size=2')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -53,6 +56,16 @@ def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
             cfg.visualizer.save_dir = os.path.abspath(show_dir)
 
 
+def use_tta(cfg: Config) -> None:
+    """Test through the config's ``tta_model`` around its model, on its ``tta_pipeline``."""
+    if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+        raise ValueError('--tta needs tta_model and tta_pipeline in the config (the ADE20K base '
+                         'configs/_base_/datasets/ade20k_xcit.py has them)')
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    cfg.tta_model.module = cfg.model
+    cfg.model = cfg.tta_model
+
+
 def warn_other_classes(runner, checkpoint: str) -> None:
     """Warn when the checkpoint names other classes than the test set (whose names the metrics use)."""
     saved = (read_checkpoint(checkpoint).get('meta') or {}).get('dataset_meta', {}).get('classes')
@@ -76,6 +89,8 @@ def main() -> None:
     try:
         cfg = load_config(args.config, args.cfg_options)
         task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
+        if args.tta:
+            use_tta(cfg)
         args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
@@ -93,7 +108,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     check_samples(cfg, ['test_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
-    cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
+    (cfg.model.module if args.tta else cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight
     runner = RUNNERS.build(cfg)
     try:
         check_matches_model(runner.model, args.checkpoint)

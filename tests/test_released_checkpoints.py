@@ -144,10 +144,14 @@ def test_finetune_on_other_classes_leaves_exactly_the_class_layers(tmp_path, dem
         'roi_head.bbox_head.fc_cls.weight', 'roi_head.bbox_head.fc_cls.bias',
         'roi_head.bbox_head.fc_reg.weight', 'roi_head.bbox_head.fc_reg.bias',
         'roi_head.mask_head.conv_logits.weight', 'roi_head.mask_head.conv_logits.bias']
-    state = released_state('mask_rcnn', 16)
-    del state['roi_head.bbox_head.shared_fcs.1.bias']
-    with pytest.raises(CheckpointError, match=r'shared_fcs\.1\.bias'):
-        check_finetune_fits(model, str(released_file(tmp_path / 'bad.pth', 'mask_rcnn', 16, state)))
+    missing = released_state('mask_rcnn', 16)
+    del missing['roi_head.bbox_head.shared_fcs.1.bias']
+    other_width = released_state('mask_rcnn', 16)
+    other_width['rpn_head.rpn_conv.bias'] = torch.zeros(8)
+    for state, named in ((missing, r'missing .*shared_fcs\.1\.bias'),
+                         (other_width, r'outside the class-dependent layers: rpn_head\.rpn_conv\.bias')):
+        with pytest.raises(CheckpointError, match=named):
+            check_finetune_fits(model, str(released_file(tmp_path / 'bad.pth', 'mask_rcnn', 16, state)))
 
 
 def test_classes_and_palette_reach_the_inferencer(tmp_path, demo_data):
@@ -171,3 +175,18 @@ def test_converter_writes_a_strictly_loading_file(tmp_path, demo_data, capsys):
     assert converted['meta']['dataset_meta']['classes'] == SHAPES
     model = model_of(tmp_path, 'mask_rcnn', 8, demo_data)
     model.load_state_dict(converted['state_dict'], strict=True)
+
+
+def test_tta_evaluates_a_released_file(tmp_path, demo_data):
+    """--tta: the ADE20K base's six scales and flip around the model, every weight of the file loaded."""
+    config = tiny_config(tmp_path, 'upernet', 16, demo_data)
+    path = released_file(tmp_path / 'released.pth', 'upernet', 16)
+    run_tool_in_process('tools/test.py', config, path, '--tta', '--work-dir', tmp_path / 'tta',
+                        '--cfg-options', 'test_dataloader.dataset.reduce_zero_label=True',
+                        'test_dataloader.dataset.indices=1')  # one image: 12 passes of the model
+    log = next((tmp_path / 'tta').glob('*/*.log')).read_text()
+    assert 'mIoU' in log and 'do not match exactly' not in log and 'missing keys' not in log
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(config))
+    ratios = [t['scale_factor'] for t in cfg.tta_pipeline[1]['transforms'][0]]
+    assert ratios == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75] and cfg.tta_model.type == 'SegTTAModel'

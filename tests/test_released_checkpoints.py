@@ -88,13 +88,16 @@ def run_tool_in_process(tool: str, *args) -> None:
 
 
 @pytest.mark.parametrize('task', TASKS)
-def test_tools_test_gives_the_twins_predictions(tmp_path, demo_data, task):
+def test_tools_test_gives_the_twins_predictions(tmp_path, demo_data, task, file_server, monkeypatch):
     """tools/test.py on a released file predicts exactly what the same weights in this toolkit's
-    layout (mapped without the code under test) predict."""
+    layout (mapped without the code under test) predict; the Semantic FPN file is given by URL."""
     config = tiny_config(tmp_path, task, 16, demo_data)
     state = released_state(task, 16)
-    files = dict(released=released_file(tmp_path / 'released.pth', task, 16, state),
-                 twin=toolkit_twin(tmp_path / 'twin.pth', state))
+    released = released_file(file_server['root'] / f'{task}_xcit.pth', task, 16, state)
+    if task == 'sem_fpn':
+        monkeypatch.setenv('XCIT_ALLOW_HTTP', '1')  # the loopback server has no TLS
+        released = f"{file_server['url']}/{released.name}"
+    files = dict(released=released, twin=toolkit_twin(tmp_path / 'twin.pth', state))
     outputs = {}
     for name, path in files.items():
         run_tool_in_process('tools/test.py', config, path, '--work-dir', tmp_path / name, '--out', tmp_path / f'{name}.pkl')
@@ -103,6 +106,7 @@ def test_tools_test_gives_the_twins_predictions(tmp_path, demo_data, task):
         assert ('coco/bbox_mAP' if task == 'mask_rcnn' else 'mIoU') in log
     assert len(outputs['released']) == 2
     assert_same(outputs['released'], outputs['twin'])
+    assert file_server['hits'] == ({f'/{task}_xcit.pth': 1} if task == 'sem_fpn' else {})
 
 
 @pytest.mark.parametrize('drop, reshape, named', [
@@ -190,3 +194,14 @@ def test_tta_evaluates_a_released_file(tmp_path, demo_data):
     cfg = Config.fromfile(str(config))
     ratios = [t['scale_factor'] for t in cfg.tta_pipeline[1]['transforms'][0]]
     assert ratios == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75] and cfg.tta_model.type == 'SegTTAModel'
+
+
+def test_vis_attention_reads_a_released_file(tmp_path, demo_data):
+    from xcit_dense.analysis.vis_attention import load_model
+    config = str(tiny_config(tmp_path, 'upernet', 16, demo_data))
+    raw = released_state('upernet', 16)
+    backbone, is_classifier = load_model(config, str(released_file(tmp_path / 'p16.pth', 'upernet', 16, raw)))
+    assert not is_classifier
+    assert torch.equal(backbone.pos_embed.token_projection.weight, raw['backbone.pos_embeder.token_projection.weight'])
+    with pytest.raises(ValueError, match='patch 8, 32 dims, 4 blocks.*patch 16, 32 dims, 4 blocks'):
+        load_model(config, str(released_file(tmp_path / 'p8.pth', 'upernet', 8)))

@@ -186,10 +186,12 @@ def test_tta_evaluates_a_released_file(tmp_path, demo_data):
     config = tiny_config(tmp_path, 'upernet', 16, demo_data)
     path = released_file(tmp_path / 'released.pth', 'upernet', 16)
     run_tool_in_process('tools/test.py', config, path, '--tta', '--work-dir', tmp_path / 'tta',
-                        '--cfg-options', 'test_dataloader.dataset.reduce_zero_label=True',
+                        '--out', tmp_path / 'tta.pkl', '--cfg-options', 'test_dataloader.dataset.reduce_zero_label=True',
                         'test_dataloader.dataset.indices=1')  # one image: 12 passes of the model
     log = next((tmp_path / 'tta').glob('*/*.log')).read_text()
     assert 'mIoU' in log and 'do not match exactly' not in log and 'missing keys' not in log
+    merged, = load_results(tmp_path / 'tta.pkl')  # the 12 passes merged into one prediction
+    assert merged['scale_factor'] == (1.75, 1.75) and merged['flip']  # the last of the augmentations
     from mmengine.config import Config
     cfg = Config.fromfile(str(config))
     ratios = [t['scale_factor'] for t in cfg.tta_pipeline[1]['transforms'][0]]

@@ -108,7 +108,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     check_samples(cfg, ['test_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
-    (cfg.model.module if args.tta else cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight
+    cfg.model.get('module', cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight (--tta: inside)
     runner = RUNNERS.build(cfg)
     try:
         check_matches_model(runner.model, args.checkpoint)

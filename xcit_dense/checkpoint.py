@@ -122,7 +122,8 @@ def diff_keys(own: Dict[str, torch.Tensor], state: Dict[str, torch.Tensor]) -> K
 
 
 def check_matches_model(model: nn.Module, checkpoint: str) -> None:
-    """Refuse to resume ``model`` from a checkpoint of another model, naming the keys."""
+    """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
+    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys)."""
     state = read_checkpoint(checkpoint).get('state_dict')
     if not isinstance(state, dict):
         raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')

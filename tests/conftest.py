@@ -1,10 +1,12 @@
 """Shared fixtures (tiny XCiT models, a segmentation set) and session guards: the repository gains
 no files, downloads go under the temp dir, and missing capabilities are listed at the end."""
+import http.server
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, Iterator
@@ -98,3 +100,32 @@ def one_process_reference(tmp_path_factory, seg_data) -> Dict[str, torch.Tensor]
     assert 'world size 1, 2 images per GPU, accumulation 4, effective batch 8' in log
     assert re.search(r'Iter\(train\) \[8/8\]', log)
     return torch.load(tmp / 'run' / 'rank0.pth', weights_only=True)
+
+
+@pytest.fixture
+def file_server(tmp_path) -> Iterator[Dict]:
+    """An HTTP server on loopback serving tmp_path/www; it counts the requests per path."""
+    root = tmp_path / 'www'
+    root.mkdir()
+    hits: Dict[str, int] = {}
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self):
+            hits[self.path] = hits.get(self.path, 0) + 1
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield dict(root=root, hits=hits, url=f'http://127.0.0.1:{server.server_address[1]}')
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -1,17 +1,15 @@
 """Checkpoints, downloads and checkpoint writes as an attacker would use them: a file that runs code
 through the allow-list, memory bombs, a poisoned or unpinned download cache, a planted link."""
 import hashlib
-import http.server
 import multiprocessing
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
-import threading
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict
 
 import numpy as np
 import pytest
@@ -160,35 +158,6 @@ def _umask() -> int:
 
 
 # --- downloads ----------------------------------------------------------------------------------
-
-@pytest.fixture
-def file_server(tmp_path) -> Iterator[Dict]:
-    """An HTTP server on loopback serving tmp_path/www; it counts the requests per path."""
-    root = tmp_path / 'www'
-    root.mkdir()
-    hits: Dict[str, int] = {}
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def do_GET(self):
-            hits[self.path] = hits.get(self.path, 0) + 1
-            super().do_GET()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield dict(root=root, hits=hits, url=f'http://127.0.0.1:{server.server_address[1]}')
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
 
 def _publish(server: Dict, name: str) -> Path:
     path = server['root'] / name

@@ -1,28 +1,62 @@
-"""Convert an official XCiT ImageNet checkpoint (or a timm state dict) to this toolkit's layout.
+"""Convert an XCiT checkpoint to this toolkit's layout: an official ImageNet checkpoint (or a timm
+state dict) to backbone weights, or one of the authors' released detectors / segmentors whole.
 
-The output holds ``{'state_dict': {'backbone.<key>': tensor}, 'meta': {...}}`` with only the
-weights the dense backbone uses, and loads through ``init_cfg`` or ``load_from``. The input is
-read with ``weights_only=True`` and checked against the preset before anything is written.
+A backbone file becomes ``{'state_dict': {'backbone.<key>': tensor}, 'meta': {...}}`` with only the
+weights the dense backbone uses, checked against ``--arch`` / ``--patch-size`` before anything is
+written. A released Mask R-CNN, Semantic FPN or UperNet file (mmcv 1.3, ``backbone.pos_embeder.*``)
+keeps every weight under this toolkit's names, its classes (and palette) as ``meta['dataset_meta']``,
+and drops the optimizer and amp entries; each renamed key is printed. Inputs are read weights only.
 """
 import argparse
 import os
 
 import torch
 
-from xcit_dense.checkpoint import read_checkpoint
-from xcit_dense.models.checkpoint import load_backbone_weights, to_backbone_layout
+from xcit_dense.checkpoint import load_weights_only, read_checkpoint
+from xcit_dense.models.checkpoint import (backbone_signature, from_released_layout, is_released_layout,
+                                          load_backbone_weights, to_backbone_layout)
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
 
 
+def save(out: dict, dst: str) -> None:
+    """Write ``out`` to ``dst`` through a temporary file: never a half-written file under its name."""
+    tmp = dst + '.tmp'
+    torch.save(out, tmp)
+    os.replace(tmp, dst)
+
+
+def convert_released(raw: dict, src: str, dst: str) -> None:
+    """A released detector / segmentor, whole, printing what was mapped and what was dropped."""
+    out, renamed = from_released_layout(raw)
+    for old, new in renamed:
+        print(f'mapped {old} -> {new}')
+    state = out['state_dict']
+    dropped = [k for k in raw if k not in out]
+    classes = out['meta'].get('dataset_meta', {}).get('classes', ())
+    out['meta'] = dict(dataset_meta=out['meta'].get('dataset_meta', {}), source=os.path.basename(src))
+    save(out, dst)
+    print(f'wrote {dst}: {len(state)} tensors ({len(renamed)} renamed, {len(state) - len(renamed)} under '
+          f'their own names), XCiT backbone of {backbone_signature(state)}, {len(classes)} classes; '
+          f'dropped {", ".join(dropped) or "nothing"}')
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('src', help='official .pth file (weights under "model") or timm state dict')
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('src', help='official .pth file (weights under "model"), timm state dict, or '
+                                    'a released maskrcnn_/sem_fpn_/upernet_xcit_* file')
     parser.add_argument('dst', help='output .pth file')
-    parser.add_argument('--arch', required=True, choices=list(PRESETS))
-    parser.add_argument('--patch-size', type=int, required=True, choices=PATCH_SIZES)
+    parser.add_argument('--arch', choices=list(PRESETS), help='backbone files only')
+    parser.add_argument('--patch-size', type=int, choices=PATCH_SIZES, help='backbone files only')
     args = parser.parse_args()
 
+    raw = load_weights_only(args.src)
+    if isinstance(raw, dict) and is_released_layout(raw):
+        convert_released(raw, args.src, args.dst)
+        return
+    if args.arch is None or args.patch_size is None:
+        parser.error('--arch and --patch-size are needed for a backbone (ImageNet) checkpoint')
     # Validates shapes and completeness against the preset; raises naming the keys otherwise.
     load_backbone_weights(XCiT(arch=args.arch, patch_size=args.patch_size), args.src,
                           allowed_missing=('fpn1.', 'fpn2.', 'fpn3.', 'fpn4.'))
@@ -30,9 +64,7 @@ def main() -> None:
     out = {'state_dict': {f'backbone.{k}': v for k, v in state.items()},
            'meta': {'source': os.path.basename(args.src), 'arch': args.arch,
                     'patch_size': args.patch_size}}
-    tmp = args.dst + '.tmp'
-    torch.save(out, tmp)
-    os.replace(tmp, args.dst)  # never leave a half-written file under the final name
+    save(out, args.dst)
     print(f'wrote {args.dst}: {len(state)} backbone tensors, {len(ignored)} keys dropped')
 
 

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 CONFIG=$1 CHECKPOINT=$2 GPUS=$3
 shift 3
 require_file config "$CONFIG"
-require_file checkpoint "$CHECKPOINT"
+require_checkpoint "$CHECKPOINT"
 torchrun_layout
 preflight test "$CONFIG" "$@"
 torchrun_args

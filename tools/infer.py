@@ -33,7 +33,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config the checkpoint was trained with')
-    parser.add_argument('checkpoint', help='checkpoint file (.pth)')
+    parser.add_argument('checkpoint', help="checkpoint file (.pth) or https URL (this toolkit's or the "
+                                           "authors' released models)")
     parser.add_argument('inputs', nargs='+', help='image files and/or folders of images')
     parser.add_argument('--out-dir', default='work_dirs/infer', help='where pictures and results.json go')
     parser.add_argument('--score-thr', type=float, default=0.3,
@@ -120,7 +121,7 @@ def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
 def main() -> None:
     args = parse_args()
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
-        if not os.path.isfile(path):
+        if '://' not in path and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
     try:
         cfg = load_config(args.config)

@@ -11,6 +11,10 @@ require_file() {  # require_file WHAT PATH
   [ -f "$2" ] || die "$1 file not found: $2"
 }
 
+require_checkpoint() {  # require_checkpoint PATH_OR_URL: a URL is downloaded by test.py (download.py)
+  [[ "$1" == *://* ]] || require_file checkpoint "$1"
+}
+
 require_positive_int() {  # require_positive_int NAME VALUE
   [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"
 }

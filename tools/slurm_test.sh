@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 PARTITION=$1 JOB_NAME=$2 CONFIG=$3 CHECKPOINT=$4
 shift 4
 require_file config "$CONFIG"
-require_file checkpoint "$CHECKPOINT"
+require_checkpoint "$CHECKPOINT"
 slurm_layout
 preflight test "$CONFIG" "$@"
 exec srun -p "$PARTITION" --job-name="$JOB_NAME" --gres=gpu:"$TASKS_PER_NODE" --ntasks="$GPUS" \

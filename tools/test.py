@@ -1,5 +1,6 @@
 """Evaluate a checkpoint (COCO bbox/segm mAP or mIoU, as the config says); optionally save
-the predictions (--out) and draw them (--show-dir)."""
+the predictions (--out), draw them (--show-dir), or test with the config's test-time augmentation
+(--tta: multi-scale and flip for the ADE20K configs)."""
 import argparse
 import os
 import sys
@@ -12,7 +13,7 @@ from mmengine.registry import RUNNERS
 
 from xcit_dense.builder import load_config
 from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
-                                   read_checkpoint)
+                                   local_checkpoint, read_checkpoint)
 from xcit_dense.engine import check_mmcv_cuda_arch, process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.datasets.problems import bad_sample_message
@@ -23,10 +24,13 @@ from xcit_dense.tasks import task_of_config
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('config', help='test config file')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('checkpoint', help="checkpoint file or https URL (this toolkit's or the authors' "
+                                           'released models)')
     parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
     parser.add_argument('--out', help='save the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
+    parser.add_argument('--tta', action='store_true',
+                        help="test-time augmentation: the config's tta_pipeline and tta_model")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. test_dataloader.batch_size=2')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -52,10 +56,30 @@ def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
             cfg.visualizer.save_dir = os.path.abspath(show_dir)
 
 
+def use_tta(cfg: Config) -> None:
+    """Test through the config's ``tta_model`` around its model, on its ``tta_pipeline``."""
+    if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+        raise ValueError('--tta needs tta_model and tta_pipeline in the config (the ADE20K base '
+                         'configs/_base_/datasets/ade20k_xcit.py has them)')
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    cfg.tta_model.module = cfg.model
+    cfg.model = cfg.tta_model
+
+
+def warn_other_classes(runner, checkpoint: str) -> None:
+    """Warn when the checkpoint names other classes than the test set (whose names the metrics use)."""
+    saved = (read_checkpoint(checkpoint).get('meta') or {}).get('dataset_meta', {}).get('classes')
+    tested = runner.test_dataloader.dataset.metainfo.get('classes')
+    if saved and tested and tuple(saved) != tuple(tested):
+        runner.logger.warning(f'{checkpoint} was trained on the classes {", ".join(saved[:5])}, ... '
+                              f'({len(saved)}), the test set has {", ".join(tested[:5])}, ... ({len(tested)}): '
+                              f'the metrics name the test set\'s')
+
+
 def main() -> None:
     args = parse_args()
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
-        if not os.path.isfile(path):
+        if '://' not in path and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
     allow_mmengine_checkpoints()
     try:
@@ -65,6 +89,9 @@ def main() -> None:
     try:
         cfg = load_config(args.config, args.cfg_options)
         task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
+        if args.tta:
+            use_tta(cfg)
+        args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
         read_checkpoint(args.checkpoint)
     except (ValueError, CheckpointError) as exc:
         exit_once_per_node(f'error: {exc}')
@@ -81,12 +108,13 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     check_samples(cfg, ['test_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     cfg.load_from = args.checkpoint
-    cfg.model.backbone.init_cfg = None  # the checkpoint holds every weight
+    cfg.model.get('module', cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight (--tta: inside)
     runner = RUNNERS.build(cfg)
     try:
         check_matches_model(runner.model, args.checkpoint)
     except CheckpointError as exc:
         sys.exit(f'error: {exc}')
+    warn_other_classes(runner, args.checkpoint)
     runner.logger.info(f'Test plan: {describe_topology(backend)}')
     try:
         runner.test()

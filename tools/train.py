@@ -17,6 +17,7 @@ from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, 
                                    find_resumable_checkpoint)
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node, restart
 from xcit_dense.engine.hooks import NonFiniteLossError
+from xcit_dense.models.checkpoint import check_finetune_fits
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, check_samples,
                                           configure_amp, configure_training_hooks, seed_from_checkpoint)
@@ -99,11 +100,20 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         if resume_from:
             cfg.resume, cfg.load_from = True, resume_from
             seed_from_checkpoint(cfg, resume_from)
+        elif cfg.get('load_from'):
+            cfg.model.backbone.init_cfg = None  # the checkpoint holds every backbone weight (checked below)
         runner = RUNNERS.build(cfg)
         if resume_from:
             check_matches_model(runner.model, resume_from)
     except (CheckpointError, FileNotFoundError) as exc:
         sys.exit(f'error: cannot resume: {exc}')
+    if cfg.get('load_from') and not resume_from:
+        try:
+            reinitialised = check_finetune_fits(runner.model, cfg.load_from)
+        except (CheckpointError, FileNotFoundError) as exc:
+            sys.exit(f'error: {exc}')
+        runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
+                           f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
     runner.logger.info(f'Run plan: {describe_topology(backend)}; {plan.describe()}')
     if restarted:
         how = 'torchrun --max-restarts' if restarted_by == 'elastic restart' else 'SLURM_RESTART_COUNT'

@@ -6,7 +6,8 @@ checkpoints go through here, and so does MMEngine's own reader of local files (i
 ``torch.load(weights_only=True)``, so a checkpoint can never run code nor claim more memory than
 it holds; URLs are downloaded by download.py. Writes go to a temporary file, created exclusively
 and renamed into place, so a kill while saving never leaves a truncated checkpoint under a
-checkpoint's name and a link planted in a shared work dir is never followed.
+checkpoint's name and a link planted in a shared work dir is never followed. The authors' released
+detectors and segmentors are read in this toolkit's layout (``models/checkpoint.py`` maps them).
 """
 import glob
 import logging
@@ -25,7 +26,7 @@ from torch import nn
 from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
-__all__ = ['CheckpointError', 'read_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
+__all__ = ['CheckpointError', 'read_checkpoint', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
            'check_matches_model', 'diff_keys', 'find_resumable_checkpoint', 'write_pointer',
            'AtomicLocalBackend']
 
@@ -50,25 +51,38 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
         raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
 
 
-def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
-                    sha256: Optional[str] = None) -> dict:
-    """Load a checkpoint file or URL (download.py: https, digests), weights only; errors name it."""
+def _toolkit_layout(ckpt: Any) -> Any:
+    """A released model's file (the authors' key names) as this toolkit's; anything else as it is."""
+    from .models.checkpoint import from_released_layout  # models/ imports this module
+    return from_released_layout(ckpt)[0] if isinstance(ckpt, dict) else ckpt
+
+
+def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
+    """The local file of a checkpoint path or URL (downloaded by download.py, digests checked)."""
     if '://' in path:
         try:
-            path = download(path, sha256)
+            return download(path, sha256)
         except DownloadError as exc:
             raise CheckpointError(str(exc)) from exc
-    elif sha256:
+    if sha256:
         file_sha = file_digest(path) if os.path.isfile(path) else ''
         if not file_sha.startswith(sha256.lower()):
             raise CheckpointError(f'checkpoint {path} has sha256 {file_sha or "(no file)"}, '
                                   f'expected {sha256}')
+    return path
+
+
+def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
+                    sha256: Optional[str] = None) -> dict:
+    """Load a checkpoint file or URL (download.py: https, digests), weights only, in this toolkit's
+    layout; errors name it."""
+    path = local_checkpoint(path, sha256)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint file not found: {path}')
     ckpt = load_weights_only(path, map_location)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a dict of tensors')
-    return ckpt
+    return _toolkit_layout(ckpt)
 
 
 @CheckpointLoader.register_scheme(prefixes='', force=True)
@@ -78,14 +92,14 @@ def _load_local(filename: str, map_location=None) -> Any:
     filename = os.path.expanduser(filename)
     if not os.path.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
-    return load_weights_only(filename, map_location)
+    return _toolkit_layout(load_weights_only(filename, map_location))
 
 
 @CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), force=True)
 def _load_url(filename: str, map_location=None, model_dir=None) -> Any:
     """MMEngine's reader of URLs, replaced by the checked download and the weights-only read."""
     try:
-        return load_weights_only(download(filename), map_location)
+        return _toolkit_layout(load_weights_only(download(filename), map_location))
     except DownloadError as exc:
         raise CheckpointError(str(exc)) from exc
 
@@ -108,10 +122,13 @@ def diff_keys(own: Dict[str, torch.Tensor], state: Dict[str, torch.Tensor]) -> K
 
 
 def check_matches_model(model: nn.Module, checkpoint: str) -> None:
-    """Refuse to resume ``model`` from a checkpoint of another model, naming the keys."""
+    """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
+    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys)."""
     state = read_checkpoint(checkpoint).get('state_dict')
     if not isinstance(state, dict):
         raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
+    from .models.checkpoint import check_backbone_fits  # models/ imports this module
+    check_backbone_fits(model, state, checkpoint)
     diff = diff_keys((model.module if hasattr(model, 'module') else model).state_dict(), state)
     mismatched = [f'{k} {saved} vs {own}' for k, saved, own in diff.mismatched]
     if diff.missing or diff.unexpected or mismatched:

@@ -4,7 +4,7 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
-from ..models.checkpoint import read_checkpoint, to_backbone_layout
+from ..models.checkpoint import backbone_signature, model_signature, read_checkpoint, to_backbone_layout
 from .attention import class_attention_maps, classifier_from_state, xca_maps
 from .attention_plots import load_image, output_prefix, save_arrays, save_class_attention, save_xca
 
@@ -21,6 +21,10 @@ def load_model(config: str, checkpoint: str) -> Tuple[nn.Module, bool]:
     from ..builder import build_model
     backbone = build_model(config, {'model.backbone.init_cfg': None}, init=False).backbone
     weights, _ = to_backbone_layout(ckpt)
+    found = backbone_signature(weights, prefix='')
+    if found and found != model_signature(backbone):
+        raise ValueError(f'checkpoint {checkpoint} holds an XCiT backbone of {found}, but {config} '
+                         f'builds one of {model_signature(backbone)}')
     backbone.load_state_dict(weights, strict=False)
     missing = [k for k in backbone.state_dict() if k not in weights
                and not k.startswith('fpn') and not k.endswith('num_batches_tracked')]

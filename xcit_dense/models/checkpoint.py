@@ -85,3 +85,110 @@ def load_backbone_weights(model: nn.Module, checkpoint: str, allowed_missing: Se
     model.load_state_dict(state, strict=False)
     logger.info(f'Loaded {len(state)} tensors from {checkpoint}; left at initial values: '
                 f'{_summarise(tolerated)}; ignored: {_summarise(sorted(ignored))}')
+
+
+# --- the authors' released detectors and segmentors (mmcv-full 1.3, mmdet 2.11, mmseg 0.11) ------------
+# Their backbone names the positional encoding ``pos_embeder``; every other key (the backbone's
+# blocks and fpn1-fpn4, the FPN necks, RPN / RoI / mask heads, FPN / UPer / FCN heads) has the same
+# name and shape in mmdet 3.3 and mmseg 1.2 (tests/test_released_checkpoints.py checks each).
+RELEASED_RENAMES = (('backbone.pos_embeder.', 'backbone.pos_embed.'),)
+# what only a training run of theirs needs: apex's loss scaler and the optimizer, never applied here
+RELEASED_TRAINING_ONLY = ('optimizer', 'amp')
+# layers whose shape follows the number of classes: left initialised when fine-tuning on other classes
+CLASS_DEPENDENT = ('fc_cls', 'fc_reg', 'conv_logits', 'conv_seg')
+
+
+def is_released_layout(ckpt: dict) -> bool:
+    """Whether ``ckpt`` is one of the authors' released dense models (``backbone.pos_embeder.*`` keys)."""
+    state = ckpt.get('state_dict')
+    return isinstance(state, dict) and any(k.startswith(RELEASED_RENAMES[0][0]) for k in state)
+
+
+def from_released_layout(ckpt: dict) -> Tuple[dict, List[Tuple[str, str]]]:
+    """A released file's dict in this toolkit's layout, and the (old, new) keys it renamed.
+
+    The state dict's keys are renamed, ``meta['CLASSES']`` / ``['PALETTE']`` become the
+    ``dataset_meta`` that mmdet's and mmseg's tools and inferencers read, and the optimizer and amp
+    entries are dropped. A file in another layout comes back unchanged.
+    """
+    if not is_released_layout(ckpt):
+        return ckpt, []
+    state: StateDict = OrderedDict()
+    renamed = []
+    for key, value in ckpt['state_dict'].items():
+        new = next((to + key[len(old):] for old, to in RELEASED_RENAMES if key.startswith(old)), key)
+        if new != key:
+            renamed.append((key, new))
+        state[new] = value
+    meta = dict(ckpt.get('meta') or {})
+    if 'CLASSES' in meta and 'dataset_meta' not in meta:
+        dataset_meta = dict(classes=tuple(meta['CLASSES']))
+        if meta.get('PALETTE') is not None:
+            dataset_meta['palette'] = [tuple(colour) for colour in meta['PALETTE']]
+        meta['dataset_meta'] = dataset_meta
+    out = {k: v for k, v in ckpt.items() if k not in RELEASED_TRAINING_ONLY}
+    out.update(state_dict=state, meta=meta)
+    return out, renamed
+
+
+def backbone_signature(state: Dict[str, torch.Tensor], prefix: str = 'backbone.') -> Optional[str]:
+    """'patch P, D dims, N blocks' of the XCiT backbone in a state dict, read from its keys."""
+    proj = f'{prefix}pos_embed.token_projection.weight'
+    if proj not in state:
+        return None
+    stages = {int(k[len(prefix):].split('.')[2]) for k in state
+              if k.startswith(f'{prefix}patch_embed.proj.') and k.endswith('.0.weight')}
+    depth = 1 + max((int(k[len(prefix):].split('.')[1]) for k in state
+                     if k.startswith(f'{prefix}blocks.')), default=-1)
+    # a convolution every other module: 4 (stride 2 each) for patch 16, 3 for patch 8
+    return f'patch {2 ** len(stages)}, {state[proj].shape[0]} dims, {depth} blocks'
+
+
+def model_signature(backbone: nn.Module) -> str:
+    """The same description of a built XCiT backbone."""
+    return f'patch {backbone.patch_size}, {backbone.embed_dims} dims, {len(backbone.blocks)} blocks'
+
+
+def check_backbone_fits(model: nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
+    """Refuse a checkpoint whose XCiT backbone differs from the model's, naming both."""
+    backbone = getattr(model.module if hasattr(model, 'module') else model, 'backbone', None)
+    found = backbone_signature(state)
+    if found is None or not hasattr(backbone, 'patch_size'):
+        return
+    own = model_signature(backbone)
+    if found != own:
+        raise CheckpointError(f'{source} holds an XCiT backbone of {found}, but the config builds one of '
+                              f'{own}: pass the config of that model (configs/xcit/, patch size in its name)')
+
+
+def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
+    """Check that ``checkpoint`` fits ``model`` but for the class-dependent layers; returns those.
+
+    Fine-tuning on other classes (``load_from``) leaves exactly the layers of :data:`CLASS_DEPENDENT`
+    whose shapes differ at their initial values; any other missing, unexpected or mis-shaped key is
+    a ``CheckpointError`` naming it.
+    """
+    state = read_checkpoint(checkpoint).get('state_dict')
+    if not isinstance(state, dict):
+        raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
+    check_backbone_fits(model, state, checkpoint)
+    own = (model.module if hasattr(model, 'module') else model).state_dict()
+    diff = diff_keys(own, state)
+
+    def class_dependent(key: str) -> bool:
+        return any(part in CLASS_DEPENDENT for part in key.split('.'))
+    reinitialised = [f'{k} (checkpoint {saved} vs model {shape})' for k, saved, shape in diff.mismatched
+                     if class_dependent(k)]
+    mismatched = [f'{k}: checkpoint {saved} vs model {shape}' for k, saved, shape in diff.mismatched
+                  if not class_dependent(k)]
+    missing = [k for k in diff.missing if not k.endswith('num_batches_tracked')]
+    problems = []
+    if missing:
+        problems.append(f'weights missing from the checkpoint: {_summarise(missing)}')
+    if diff.unexpected:
+        problems.append(f'weights the model does not have: {_summarise(diff.unexpected)}')
+    if mismatched:
+        problems.append(f'shape mismatches outside the class-dependent layers: {_summarise(mismatched, 6)}')
+    if problems:
+        raise CheckpointError(f'cannot fine-tune from {checkpoint}: ' + '; '.join(problems))
+    return reinitialised

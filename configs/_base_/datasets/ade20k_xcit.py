@@ -46,3 +46,21 @@ test_dataloader = val_dataloader
 
 val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
 test_evaluator = val_evaluator
+
+# test-time augmentation (tools/test.py --tta), as in mmseg's ADE20K configs: six scales of the
+# image and a horizontal flip, logits averaged by SegTTAModel. The paper's mIoU are single-scale
+# (test_pipeline above; the authors' config has these ratios commented out).
+img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+tta_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(
+        type='TestTimeAug',
+        transforms=[
+            [dict(type='Resize', scale_factor=r, keep_ratio=True) for r in img_ratios],
+            [dict(type='RandomFlip', prob=0.0, direction='horizontal'),
+             dict(type='RandomFlip', prob=1.0, direction='horizontal')],
+            [dict(type='LoadAnnotations', reduce_zero_label=True)],
+            [dict(type='PackSegInputs')],
+        ]),
+]
+tta_model = dict(type='SegTTAModel')

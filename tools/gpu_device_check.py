@@ -54,6 +54,15 @@ class Summary:
               flush=True)
 
 
+def end_group(proc: subprocess.Popen) -> None:
+    """Kill proc's whole process group (what it started too) and reap proc."""
+    try:
+        os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run(cmd: List[str], limit: float, env: Optional[Dict[str, str]] = None, log: Optional[Path] = None,
         cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run cmd in a session of its own with a time limit (the group is killed past it); its output
@@ -69,11 +78,7 @@ def run(cmd: List[str], limit: float, env: Optional[Dict[str, str]] = None, log:
         except subprocess.TimeoutExpired:
             stdout, stderr, code = None, None, 'timeout'
         finally:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            end_group(proc)
     finally:
         if log:
             out.close()
@@ -120,11 +125,7 @@ def build_mmcv(bundle: Path, work: Path, site: Path, env: Dict[str, str], full: 
         except subprocess.TimeoutExpired:
             return f'the build ran past its {limit:.0f} s'
         finally:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            end_group(proc)
     if proc.returncode != 0 or not wheel:
         return f'tools/build_mmcv.py exited {proc.returncode} (see build.log)'
     installed = run([sys.executable, '-m', 'pip', 'install', '-q', '--disable-pip-version-check', '--no-index',

@@ -162,7 +162,7 @@ def test_detection_recipe(path):
     assert cfg.model.data_preprocessor.pad_size_divisor == 32
     test_resize = find(cfg.test_dataloader.dataset.pipeline, 'Resize')
     assert test_resize.scale == (1333, 800) and test_resize.keep_ratio
-    assert cfg.val_evaluator.type == 'CocoMetric'
+    assert cfg.val_evaluator.type == 'FasterCocoMetric'
     assert cfg.val_evaluator.metric == ['bbox', 'segm']
     roi = cfg.model.roi_head
     assert roi.bbox_head.num_classes == roi.mask_head.num_classes == 80

@@ -4,6 +4,7 @@ Every model is built through the mmengine / mmdet / mmseg registries with random
 reference models are registered in mmengine's root registry when this module is imported; they
 import timm when built, as its import alone adds some 140 MB to the resident size of every run.
 """
+import importlib.util
 import math
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
@@ -112,7 +113,23 @@ def _models() -> Dict[str, dict]:
         kind='detector', config=str(ROOT / 'configs/xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py'))
     models['upernet_xcit_t12_p16'] = dict(
         kind='segmentor', config=str(ROOT / 'configs/xcit/upernet_xcit_tiny_12_p16_160k_ade20k.py'))
+    # the recipe's whole models, beside the stock Swin-T ones users would pick instead
+    for short, arch in ARCHS.items():
+        for patch in (16, 8):
+            models.setdefault(f'mask_rcnn_xcit_{short}_p{patch}', dict(
+                kind='detector', config=str(ROOT / f'configs/xcit/mask_rcnn_xcit_{arch}_p{patch}_3x_coco.py')))
+            models.setdefault(f'upernet_xcit_{short}_p{patch}', dict(
+                kind='segmentor', config=str(ROOT / f'configs/xcit/upernet_xcit_{arch}_p{patch}_160k_ade20k.py')))
+    models['mask_rcnn_swin_t'] = dict(kind='detector', config=stock_config(
+        'mmdet', 'swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'))
+    models['upernet_swin_t'] = dict(kind='segmentor', config=stock_config(
+        'mmseg', 'swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'))
     return models
+
+
+def stock_config(package: str, path: str) -> str:
+    """The path of a config that the installed mmdet or mmseg ships (its ``.mim/configs``)."""
+    return str(Path(importlib.util.find_spec(package).origin).parent / '.mim' / 'configs' / path)
 
 
 MODELS = _models()

@@ -116,9 +116,10 @@ def make_step(model: nn.Module, inputs: torch.Tensor, samples: Optional[list], s
     return step
 
 
-def random_samples(task: Task, batch: int, res: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, list]:
+def random_samples(task: Task, batch: int, res: Union[int, Tuple[int, int]],
+                   instances: int = 3) -> Tuple[torch.Tensor, list]:
     """Random inputs and annotated data samples for a whole mmdet or mmseg model; ``res`` is the
-    side of a square image or its (height, width)."""
+    side of a square image or its (height, width); detection samples hold ``instances`` boxes and masks."""
     import numpy as np
     from mmengine.structures import InstanceData, PixelData
     height, width = (res, res) if isinstance(res, int) else res
@@ -135,13 +136,13 @@ def random_samples(task: Task, batch: int, res: Union[int, Tuple[int, int]]) -> 
         else:
             from mmdet.structures.mask import BitmapMasks
             scale = torch.tensor([width, height], dtype=torch.float32)
-            xy = torch.rand(3, 2, generator=gen) * scale * 0.5
-            wh = scale * (0.1 + 0.4 * torch.rand(3, 2, generator=gen))
+            xy = torch.rand(instances, 2, generator=gen) * scale * 0.5
+            wh = scale * (0.1 + 0.4 * torch.rand(instances, 2, generator=gen))
             boxes = torch.cat([xy, xy + wh], 1)
-            masks = np.zeros((3, height, width), dtype=np.uint8)
+            masks = np.zeros((instances, height, width), dtype=np.uint8)
             for i, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
                 masks[i, y0:y1, x0:x1] = 1
-            sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1, 2]),
+            sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.arange(instances) % 3,
                                                masks=BitmapMasks(masks, height, width))
         samples.append(sample)
     return inputs, samples

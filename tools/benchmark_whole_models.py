@@ -1,0 +1,109 @@
+"""Whole models at the recipe's sizes beside the stock Swin-T ones, side by side in one process:
+Mask R-CNN XCiT-S12/16 against mmdet's Swin-T Mask R-CNN 3x at 800x1333 (``--task det``), UperNet
+XCiT-S12/16 against mmseg's Swin-T UperNet at 512x512 (``--task seg``).
+
+For each pair: the training step (forward, losses, backward, AdamW step) at ``--batch`` images and
+inference at ``--batch`` and 1 image, the models alternated (``--rounds``, medians), the time per
+part, the peak tensor memory of one step (profiler allocation events, above the weights and AdamW
+state), and the GPU-comparable training memory: weights, gradients and AdamW moments (fp32) plus
+that peak. ``--extra MODEL`` adds a model measured at batch 1 beside the pair's first stock model
+(e.g. ``mask_rcnn_xcit_s12_p8``, whose batch 2 step exceeds this machine's memory). Example (the
+command of docs/benchmark/whole_models.md)::
+
+    PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task det --rounds 3 --threads 2 \\
+        --out docs/benchmark/whole_models_det.md
+"""
+import argparse
+import os
+import platform
+import time
+from typing import Dict, List
+
+import torch
+
+from xcit_dense.benchmark.whole_model import WholeModel, side_by_side
+
+PAIRS = {'det': (('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t'), (800, 1333)),
+         'seg': (('upernet_xcit_s12_p16', 'upernet_swin_t'), (512, 512))}
+GIB = 2 ** 30
+
+
+def table(title: str, names: List[str], results: Dict[str, Dict[str, float]], peaks: Dict[str, int]) -> List[str]:
+    """A Markdown table of one mode: total and per-part seconds, peak tensor memory, ratio to the last model."""
+    parts = [k for k in results[names[0]] if k != 'total']
+    parts += [k for n in names for k in results[n] if k not in parts and k != 'total']
+    ref = names[-1]
+    lines = [f'**{title}**', '',
+             '| model | total | ' + ' | '.join(parts) + ' | peak tensors |',
+             '|---' * (len(parts) + 3) + '|']
+    for n in names:
+        cells = [f'{results[n].get(p, 0):.2f} s' for p in parts]
+        lines.append(f'| {n} | {results[n]["total"]:.2f} s | ' + ' | '.join(cells) + f' | {peaks[n] / GIB:.2f} GiB |')
+    for n in names[:-1]:
+        cells = [f'{results[n].get(p, 0) / results[ref][p]:.2f}' if results[ref].get(p) else '' for p in parts]
+        lines.append(f'| ratio {n} / {ref} | {results[n]["total"] / results[ref]["total"]:.2f} | '
+                     + ' | '.join(cells) + f' | {peaks[n] / peaks[ref]:.2f} |')
+    return lines + ['']
+
+
+def measure(names: List[str], size, batches: List[int], rounds: int, instances: int) -> List[str]:
+    """Build ``names`` and measure them side by side; the report's lines."""
+    models = [WholeModel(n, size, batches[0], instances) for n in names]
+    lines = ['| model | params | weights + grads + AdamW (fp32) |', '|---|---|---|']
+    lines += [f'| {m.name} | {m.params / 1e6:.2f} M | {m.state_bytes() / GIB:.2f} GiB |' for m in models]
+    lines.append('')
+    train_peaks: Dict[str, int] = {}
+    for mode, batch in [('train', batches[0])] + [('infer', b) for b in batches]:
+        for m in models:
+            m.rebatch(batch)
+        results = side_by_side(models, mode, rounds)
+        peaks = {m.name: m.peak_tensor_bytes(mode) for m in models}
+        if mode == 'train':
+            train_peaks = peaks
+        title = f'{"training step" if mode == "train" else "inference"}, batch {batch}, {size[0]}x{size[1]}'
+        lines += table(title, names, results, peaks)
+    lines += ['**GPU-comparable training memory** (weights, gradients, AdamW moments in fp32 + the step\'s '
+              'peak tensors)', '']
+    lines += [f'- {m.name}: {(m.state_bytes() + train_peaks[m.name]) / 1e9:.1f} GB' for m in models]
+    return lines + ['']
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--task', choices=sorted(PAIRS), default='det')
+    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), help="default: the pair's recipe size")
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--batch', type=int, default=2)
+    parser.add_argument('--threads', type=int, default=2)
+    parser.add_argument('--instances', type=int, default=7, help="per image (COCO's mean is 7.3)")
+    parser.add_argument('--extra', nargs='*', default=[], help='models measured at batch 1 beside the stock one')
+    parser.add_argument('--out', help='write the Markdown report here too')
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    names, size = PAIRS[args.task]
+    size = tuple(args.size or size)
+    start = time.time()
+    load = os.getloadavg()[0]
+    lines = [f'# Whole models side by side ({args.task}), {size[0]}x{size[1]}', '',
+             f'CPU {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; random weights, '
+             f'random images with {args.instances} boxes and masks each (detection); median of {args.rounds} '
+             'rounds, the models alternated in one process; parts are forward times of the models\' own methods '
+             '(RPN and RoI heads include their losses), backward and optimizer step timed whole.', '']
+    lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances)
+    for extra in args.extra:
+        lines += [f'## {extra} at batch 1 beside {names[-1]}', '']
+        lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances)
+    lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
+              f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} --instances {args.instances}'
+              + (f' --extra {" ".join(args.extra)}' if args.extra else '') + '`; '
+              f'{time.time() - start:.0f} s in all, load average {load:.1f} at the start, '
+              f'{os.getloadavg()[0]:.1f} at the end.', '']
+    text = '\n'.join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text)
+
+
+if __name__ == '__main__':
+    main()

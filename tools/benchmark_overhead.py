@@ -1,0 +1,154 @@
+"""The toolkit's own overhead per training iteration, on the demo config (issue 24):
+
+1. tools/train.py against mmdet's own tools/train.py, one process, runs alternated;
+2. the toolkit's hooks (configs/_base_/toolkit_hooks.py) all on against all off
+   (``--cfg-options default_hooks.<name>=None``), runs alternated, and each hook's own time per
+   iteration, timed inside the "on" runs;
+3. at 2 processes (tools/dist_train.sh, gloo on CPU) the toolkit's per-step collectives
+   (xcit_dense/engine/collectives.py, step_agreement.py), timed inside the run.
+
+Iteration times are read from each run's json log (``time``, logger interval 1), the first
+``--skip`` iterations left out. The machine's load average is printed with every run: compare the
+ratios of alternated runs, not absolute times, on a busy machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from xcit_dense.benchmark.overhead import per_iteration, read_iteration_times, relative_cost  # noqa: E402
+
+CONFIG = 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
+TOOLKIT_HOOKS = ('throughput', 'preemption', 'nonfinite_loss', 'batch_plan', 'rng_state', 'eval_progress')
+SITECUSTOMIZE = 'from xcit_dense.benchmark.overhead import install\ninstall()\n'
+
+
+def mmdet_train_tool() -> str:
+    import mmdet
+    return str(Path(mmdet.__file__).parent / '.mim' / 'tools' / 'train.py')
+
+
+def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
+    """One training run; returns its iteration times, in-process report and the load average."""
+    world = args.procs if label.startswith('dist') else 1
+    options = ['train_cfg.max_epochs=1', 'default_hooks.logger.interval=1', 'log_processor.window_size=1',
+               f'train_dataloader.batch_size={args.batch_size}',
+               f'train_dataloader.dataset.indices={args.iters * args.batch_size * world}']
+    options += env_extra.pop('options', [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(args.site), str(ROOT)] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])),
+        XCIT_OVERHEAD_OUT=str(work_dir / 'overhead'), **env_extra)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    command = argv + ['--work-dir', str(work_dir), '--cfg-options'] + options
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    if done.returncode:
+        sys.exit(f'{label} failed ({done.returncode}):\n{done.stdout[-3000:]}')
+    times = read_iteration_times(str(work_dir), args.skip)
+    reports = [json.loads(p.read_text()) for p in sorted(work_dir.glob('overhead.*.json'))]
+    result = dict(label=label, median=statistics.median(times), n=len(times), load=load,
+                  load_after=os.getloadavg()[0], wall=time.perf_counter() - start,
+                  parts=[per_iteration(r) for r in reports])
+    print(f'  {label:<22} median {result["median"]:.3f} s/iter over {len(times)} iterations, '
+          f'load {load:.2f} -> {result["load_after"]:.2f}', flush=True)
+    return result
+
+
+def table(rows, header):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--config', default=CONFIG)
+    parser.add_argument('--pairs', type=int, default=1, help='alternated pairs per comparison')
+    parser.add_argument('--iters', type=int, default=10, help='training iterations per run (per process)')
+    parser.add_argument('--skip', type=int, default=2, help='first iterations left out')
+    parser.add_argument('--batch-size', type=int, default=2)
+    parser.add_argument('--procs', type=int, default=2, help='processes of the collectives run (0: none)')
+    parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist'],
+                        choices=['tools', 'hooks', 'dist'])
+    parser.add_argument('--out', help='also write the tables (markdown) to this file')
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix='xcit_overhead_'))
+    args.site = tmp / 'site'
+    args.site.mkdir()
+    (args.site / 'sitecustomize.py').write_text(SITECUSTOMIZE)
+    python = sys.executable
+    ours = [python, 'tools/train.py', args.config]
+    out = [f'load average at start: {os.getloadavg()[0]:.2f} (2 alternated sides; ratios, not absolute times)',
+           f'{args.iters} iterations per run ({args.batch_size} images per process), first {args.skip} left out', '']
+    counter = [0]
+
+    def wd(name):
+        counter[0] += 1
+        return tmp / f'{counter[0]:02d}_{name}'
+
+    if 'tools' in args.parts:
+        print('toolkit tools/train.py against mmdet tools/train.py (one process):')
+        rows = []
+        for pair in range(args.pairs):
+            sides = [('toolkit', ours), ('mmdet', [python, mmdet_train_tool(), args.config])]
+            if pair % 2:
+                sides.reverse()
+            res = {name: run(name, argv, wd(name), args, {}) for name, argv in sides}
+            rows.append([pair + 1, f'{res["toolkit"]["median"]:.3f}', f'{res["mmdet"]["median"]:.3f}',
+                         f'{res["toolkit"]["median"] / res["mmdet"]["median"]:.3f}',
+                         f'{res["toolkit"]["load"]:.1f} / {res["mmdet"]["load"]:.1f}'])
+        out += ['### tools/train.py (toolkit) against mmdet tools/train.py, one process', '',
+                table(rows, ['pair', 'toolkit s/iter (median)', 'mmdet s/iter (median)', 'ratio',
+                             'load avg (toolkit / mmdet)']), '']
+    if 'hooks' in args.parts:
+        print('toolkit hooks all on against all off (one process):')
+        off = [f'default_hooks.{name}=None' for name in TOOLKIT_HOOKS]
+        rows, parts = [], []
+        for pair in range(args.pairs):
+            sides = [('hooks on', []), ('hooks off', off)]
+            if pair % 2:
+                sides.reverse()
+            res = {name: run(name, ours, wd(name.replace(' ', '_')), args, dict(options=list(opts)))
+                   for name, opts in sides}
+            parts += res['hooks on']['parts']
+            rows.append([pair + 1, f'{res["hooks on"]["median"]:.3f}', f'{res["hooks off"]["median"]:.3f}',
+                         f'{100 * relative_cost([res["hooks on"]["median"]], [res["hooks off"]["median"]]):+.1f} %',
+                         f'{res["hooks on"]["load"]:.1f} / {res["hooks off"]["load"]:.1f}'])
+        out += ['### toolkit hooks all on against all off, one process', '',
+                table(rows, ['pair', 'on s/iter', 'off s/iter', 'on/off - 1', 'load avg (on / off)']), '']
+        iteration = statistics.median(r['median'] for r in [res['hooks on']])
+        keys = sorted({k for p in parts for k in p})
+        hook_rows = [[k.split('/', 1)[1], f'{1e6 * statistics.median(p.get(k, 0.0) for p in parts):.1f}',
+                      f'{100 * statistics.median(p.get(k, 0.0) for p in parts) / iteration:.4f} %']
+                     for k in keys if k.startswith('hook/')]
+        out += ['### each hook\'s own time per iteration (before_train_iter + after_train_iter), timed in the "on" run', '',
+                table(hook_rows, ['hook', 'us/iter', 'share of an iteration']), '']
+    if 'dist' in args.parts and args.procs > 1:
+        print(f'{args.procs} processes (tools/dist_train.sh, gloo on CPU):')
+        res = run('dist hooks on', ['bash', 'tools/dist_train.sh', args.config, str(args.procs)],
+                  wd('dist'), args, dict(PORT=str(29600 + os.getpid() % 300)))
+        rows = []
+        for rank, part in enumerate(res['parts']):
+            for key, value in part.items():
+                if key.startswith('collective/') or key in ('hook/PreemptionHook', 'hook/RNGStateHook'):
+                    rows.append([rank, key.split('/', 1)[1], f'{1e6 * value:.1f}',
+                                 f'{100 * value / res["median"]:.4f} %'])
+        out += [f'### {args.procs} processes: the toolkit\'s collectives per iteration '
+                f'(iteration median {res["median"]:.3f} s, load {res["load"]:.1f})', '',
+                table(rows, ['rank', 'collective / hook', 'us/iter', 'share of an iteration']), '']
+    text = '\n'.join(out)
+    print('\n' + text)
+    if args.out:
+        Path(args.out).write_text(text + '\n')
+
+
+if __name__ == '__main__':
+    main()

@@ -54,6 +54,7 @@ def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
         sys.exit(f'{label} failed ({done.returncode}):\n{done.stdout[-3000:]}')
     times = read_iteration_times(str(work_dir), args.skip)
     reports = [json.loads(p.read_text()) for p in sorted(work_dir.glob('overhead.*.json'))]
+    reports = [r for r in reports if r['iterations']]  # the launcher's own report has none
     result = dict(label=label, median=statistics.median(times), n=len(times), load=load,
                   load_after=os.getloadavg()[0], wall=time.perf_counter() - start,
                   parts=[per_iteration(r) for r in reports])

@@ -100,7 +100,7 @@ def install(out: Optional[str] = None) -> None:
     Runner.call_hook = call_hook
 
     def write() -> None:
-        rank = os.environ.get('RANK', '0')
+        rank = os.environ.get('RANK', f'pid{os.getpid()}')  # a launcher without RANK: its own file
         Path(f'{out}.{rank}.json').write_text(json.dumps(
             dict(iterations=_ITERS[0], totals=dict(_TOTALS), calls=dict(_CALLS))))
 

@@ -63,6 +63,33 @@ def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
     return result
 
 
+def _allreduce_worker(rank: int, port: int, calls: int, queue) -> None:
+    """One of 2 gloo processes: time ``agree_on_max`` right after a barrier (its own latency)."""
+    import torch.distributed as dist
+    from xcit_dense.engine.collectives import agree_on_max
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=2)
+    times = []
+    for _ in range(calls):
+        dist.barrier()
+        start = time.perf_counter()
+        agree_on_max([0.0, 0.0])
+        times.append(time.perf_counter() - start)
+    if rank == 0:
+        queue.put(times[20:])
+    dist.destroy_process_group()
+
+
+def allreduce_latency(calls: int = 300) -> list:
+    """``agree_on_max``'s own latency between 2 gloo processes, without the ranks' skew."""
+    import torch.multiprocessing as mp
+    context = mp.get_context('spawn')
+    queue = context.SimpleQueue()
+    mp.start_processes(_allreduce_worker, args=(29900 + os.getpid() % 90, calls, queue), nprocs=2,
+                       start_method='spawn')
+    return queue.get()
+
+
 def table(rows, header):
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
@@ -77,8 +104,8 @@ def main() -> None:
     parser.add_argument('--skip', type=int, default=2, help='first iterations left out')
     parser.add_argument('--batch-size', type=int, default=2)
     parser.add_argument('--procs', type=int, default=2, help='processes of the collectives run (0: none)')
-    parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist'],
-                        choices=['tools', 'hooks', 'dist'])
+    parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist', 'allreduce'],
+                        choices=['tools', 'hooks', 'dist', 'allreduce'])
     parser.add_argument('--out', help='also write the tables (markdown) to this file')
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix='xcit_overhead_'))
@@ -145,6 +172,12 @@ def main() -> None:
         out += [f'### {args.procs} processes: the toolkit\'s collectives per iteration '
                 f'(iteration median {res["median"]:.3f} s, load {res["load"]:.1f})', '',
                 table(rows, ['rank', 'collective / hook', 'us/iter', 'share of an iteration']), '']
+    if 'allreduce' in args.parts:
+        load = os.getloadavg()[0]
+        times = allreduce_latency()
+        out += ['### agree_on_max alone: 2 gloo processes, right after a barrier', '',
+                table([[len(times), f'{1e6 * statistics.median(times):.0f}', f'{1e6 * statistics.mean(times):.0f}',
+                        f'{load:.1f}']], ['calls', 'median us', 'mean us', 'load avg']), '']
     text = '\n'.join(out)
     print('\n' + text)
     if args.out:

@@ -9,6 +9,7 @@ time (disturbed by other load) and the process's CPU time (what one free core wo
 """
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -72,6 +73,7 @@ def main() -> None:
             cpus.append(cpu)
             out_sizes.append(tuple(sample['inputs'].shape[1:]))
     load_after = os.getloadavg()[0]
+    shutil.rmtree(tmp, ignore_errors=True)  # the generated set is only for this run
     wall_rate, cpu_rate = len(walls) / sum(walls), len(cpus) / sum(cpus)
     need = args.images_per_step / args.step_s
     lines = [

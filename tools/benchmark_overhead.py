@@ -108,7 +108,12 @@ def main() -> None:
                         choices=['tools', 'hooks', 'dist', 'allreduce'])
     parser.add_argument('--out', help='also write the tables (markdown) to this file')
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix='xcit_overhead_'))
+    with tempfile.TemporaryDirectory(prefix='xcit_overhead_') as tmp:
+        measure(args, Path(tmp))
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> None:
+    """Run the asked-for parts with their work dirs under tmp; print (and write) the tables."""
     args.site = tmp / 'site'
     args.site.mkdir()
     (args.site / 'sitecustomize.py').write_text(SITECUSTOMIZE)
@@ -152,7 +157,7 @@ def main() -> None:
                          f'{res["hooks on"]["load"]:.1f} / {res["hooks off"]["load"]:.1f}'])
         out += ['### toolkit hooks all on against all off, one process', '',
                 table(rows, ['pair', 'on s/iter', 'off s/iter', 'on/off - 1', 'load avg (on / off)']), '']
-        iteration = statistics.median(r['median'] for r in [res['hooks on']])
+        iteration = res['hooks on']['median']  # the last pair's 'on' run, whose hooks were timed last
         keys = sorted({k for p in parts for k in p})
         hook_rows = [[k.split('/', 1)[1], f'{1e6 * statistics.median(p.get(k, 0.0) for p in parts):.1f}',
                       f'{100 * statistics.median(p.get(k, 0.0) for p in parts) / iteration:.4f} %']

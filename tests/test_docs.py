@@ -1,0 +1,94 @@
+"""The README stays a five-minute read, and every relative link and anchor of the docs resolves."""
+import re
+from pathlib import Path
+from typing import List, Set
+
+from helpers import ROOT
+
+README_MAX_LINES = 250
+FENCE = re.compile(r'^\s*(```|~~~)')
+HEADING = re.compile(r'^#{1,6}\s+(.*?)\s*#*\s*$')
+LINK = re.compile(r'!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
+CODE_SPAN = re.compile(r'(`+).*?\1')
+
+
+def markdown_files() -> List[Path]:
+    """The pages whose links are checked: the README, every page under docs/, the model zoo."""
+    return [ROOT / 'README.md', *sorted((ROOT / 'docs').rglob('*.md')), ROOT / 'configs/xcit/README.md']
+
+
+def prose(path: Path) -> List[str]:
+    """The page's lines, those of fenced code blocks emptied and code spans blanked outside headings."""
+    lines, fenced = [], False
+    for line in path.read_text().splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            line = ''
+        lines.append('' if fenced else line if HEADING.match(line) else CODE_SPAN.sub('', line))
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text lowercased, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r'!?\[([^\]]*)\]\([^)]*\)', r'\1', heading)  # a link's text only
+    text = re.sub(r'[`*]', '', text).strip().lower()
+    return re.sub(r'[^\w\- ]', '', text).replace(' ', '-')
+
+
+def anchors(path: Path) -> Set[str]:
+    """Every anchor the page's headings make, repeated ones numbered as GitHub numbers them."""
+    seen: Set[str] = set()
+    for line in prose(path):
+        match = HEADING.match(line)
+        if match:
+            base = anchor = slug(match.group(1))
+            count = 0
+            while anchor in seen:
+                count += 1
+                anchor = f'{base}-{count}'
+            seen.add(anchor)
+    return seen
+
+
+def broken_links(path: Path) -> List[str]:
+    """'page:line: target (why)' for each relative link of the page that does not resolve."""
+    broken, text = [], '\n'.join(prose(path))
+    for link in LINK.finditer(text):  # a link's text may run over several lines
+        target, number = link.group(1), text.count('\n', 0, link.start()) + 1
+        if not target or re.match(r'[a-z][a-z0-9+.-]*:', target, re.I):
+            continue  # a URL (https:, mailto:) is not checked here
+        file_part, _, anchor = target.partition('#')
+        where = (path.parent / file_part).resolve() if file_part else path
+        if not where.exists():
+            broken.append(f'{shown(path)}:{number}: {target} (no such file)')
+        elif anchor and where.suffix == '.md' and anchor not in anchors(where):
+            broken.append(f'{shown(path)}:{number}: {target} (no such heading)')
+    return broken
+
+
+def shown(path: Path) -> str:
+    """The page's name as a report gives it: relative to the repository when inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def test_readme_is_a_five_minute_read():
+    lines = len((ROOT / 'README.md').read_text().splitlines())
+    assert lines < README_MAX_LINES, f'README.md has {lines} lines'
+
+
+def test_every_relative_link_and_anchor_resolves():
+    broken = [problem for page in markdown_files() for problem in broken_links(page)]
+    assert not broken, '\n'.join(broken)
+
+
+def test_the_checker_sees_what_github_renders(tmp_path):
+    """GitHub's anchor rule; links in code left alone, links over two lines and repeated headings seen."""
+    assert slug('Several nodes with Slurm') == 'several-nodes-with-slurm'
+    assert slug('`tools/train.py`: options, AMP & resume') == 'toolstrainpy-options-amp--resume'
+    assert slug('[Security](security.md) (checkpoints)') == 'security-checkpoints'
+    page = tmp_path / 'page.md'
+    page.write_text('# Notes\n\n## Notes\n\nsee [a](x.md#b), `[not](a-link)` and ![c](d.png "title")\n'
+                    '```\n[in](code.md)\n```\n[over two\nlines](#notes-1) [wrong](#notes-2)\n')
+    assert anchors(page) == {'notes', 'notes-1'}
+    assert [problem.split(': ', 1)[1] for problem in broken_links(page)] == [
+        'x.md#b (no such file)', 'd.png (no such file)', '#notes-2 (no such heading)']

@@ -81,6 +81,23 @@ def test_every_relative_link_and_anchor_resolves():
     assert not broken, '\n'.join(broken)
 
 
+def test_the_readme_model_zoo_has_the_zoo_pages_figures():
+    """The README's short table repeats configs/xcit/README.md's figures (which test_model_zoo checks)."""
+    zoo = {}
+    for line in (ROOT / 'configs/xcit/README.md').read_text().splitlines():
+        config = re.search(r'\[config\]\(\w+?_xcit_(\w+)_p(\d+)_\w+\.py\)', line)
+        if config:
+            numbers = [c.strip() for c in line.split('|') if re.fullmatch(r'\d+\.\d', c.strip())]
+            zoo.setdefault(config.groups(), []).extend(numbers[:2] if 'mask_rcnn' in line else numbers[:1])
+    sizes = {'T12': 'tiny_12', 'S12': 'small_12', 'S24': 'small_24', 'M24': 'medium_24'}
+    readme = {}
+    for line in (ROOT / 'README.md').read_text().splitlines():
+        row = re.fullmatch(r'\| XCiT-(\w+) \| (\d+) \|(.*)\|', line)
+        if row:
+            readme[sizes[row.group(1)], row.group(2)] = [c.strip() for c in row.group(3).split('|')]
+    assert len(readme) == 8 and readme == zoo
+
+
 def test_the_checker_sees_what_github_renders(tmp_path):
     """GitHub's anchor rule; links in code left alone, links over two lines and repeated headings seen."""
     assert slug('Several nodes with Slurm') == 'several-nodes-with-slurm'

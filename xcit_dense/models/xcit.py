@@ -18,7 +18,7 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .checkpoint import load_backbone_weights
+from .weights import load_backbone_weights
 from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock, eager_cpu
 from .presets import DEFAULT_OUT_INDICES, PATCH_SIZES, PRESETS
 

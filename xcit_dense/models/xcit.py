@@ -18,9 +18,10 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .weights import load_backbone_weights
-from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock, eager_cpu
+from .cpu_layouts import use_cpu_layouts
+from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
 from .presets import DEFAULT_OUT_INDICES, PATCH_SIZES, PRESETS
+from .weights import load_backbone_weights
 
 # name -> (embed_dims, depth, num_heads, eta): the presets as tuples (public API)
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
@@ -218,8 +219,8 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
-        on_cpu = eager_cpu(x)
-        if self.channels_last or on_cpu:  # on CPU the convs run faster so, and the tokens come out contiguous
+        token_views = self.channels_last or use_cpu_layouts(x)
+        if token_views:  # faster convs (on a CPU in any case); the tokens come out contiguous
             x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
         x = x + self.pos_embed(B, Hp, Wp).flatten(2).transpose(1, 2)
@@ -232,7 +233,7 @@ class XCiT(BaseModule):
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:
-                if self.channels_last or on_cpu:  # a channels_last-strided view, no copy
+                if token_views:  # a channels_last-strided view, no copy
                     maps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
                 else:
                     maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))

@@ -16,6 +16,7 @@ from torch import nn
 
 from . import cpu_layouts
 from .cpu_layouts import use_cpu_layouts
+from .presets import check_patch_size
 
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
@@ -31,8 +32,7 @@ class ConvPatchEmbed(nn.Module):
     def __init__(self, patch_size: int = 16, in_channels: int = 3, embed_dims: int = 768,
                  norm_cfg: dict = DEFAULT_NORM) -> None:
         super().__init__()
-        if patch_size not in (8, 16):
-            raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
+        check_patch_size(patch_size)
         divisors = [8, 4, 2, 1] if patch_size == 16 else [4, 2, 1]
         channels = [in_channels] + [embed_dims // d for d in divisors]
         layers = []

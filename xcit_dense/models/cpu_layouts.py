@@ -71,6 +71,6 @@ def lpi(lpi: nn.Module, x: torch.Tensor, height: int, width: int) -> torch.Tenso
 
 def residual(x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x + gamma * y in one pass over memory (addcmul), written over the fresh ``y`` when autograd
-    does not need it; for blocks without drop path in this call."""
+    does not need it (the block calls it where no drop path applies)."""
     return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
 

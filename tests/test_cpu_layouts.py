@@ -12,7 +12,8 @@ import timm.models.xcit as timm_xcit
 import torch
 
 from helpers import randomize_
-from xcit_dense.models.layers import LPI, XCA, XCABlock, eager_cpu, reference_layout
+from xcit_dense.models.cpu_layouts import reference_layout, use_cpu_layouts
+from xcit_dense.models.layers import LPI, XCA, XCABlock
 from xcit_dense.models.xcit import XCiT
 
 
@@ -20,11 +21,11 @@ from xcit_dense.models.xcit import XCiT
 def layout(request):
     """Each test once per layout; the check that the switch really switches is part of it."""
     if request.param == 'cpu layouts':
-        assert eager_cpu(torch.zeros(1))
+        assert use_cpu_layouts(torch.zeros(1))
         yield
         return
     with reference_layout():
-        assert not eager_cpu(torch.zeros(1))
+        assert not use_cpu_layouts(torch.zeros(1))
         yield
 
 

@@ -14,7 +14,7 @@ from released import (SEG_CLASSES, SHAPES, manifest, released_file, released_sta
 from xcit_dense.builder import build_model
 from xcit_dense.checkpoint import CheckpointError, check_matches_model, read_checkpoint
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
-from xcit_dense.models.checkpoint import check_finetune_fits
+from xcit_dense.models.weights import check_finetune_fits
 
 TASKS = ('mask_rcnn', 'sem_fpn', 'upernet')
 

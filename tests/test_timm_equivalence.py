@@ -6,7 +6,7 @@ import timm
 import torch
 
 from helpers import randomize_
-from xcit_dense.models.layers import reference_layout
+from xcit_dense.models.cpu_layouts import reference_layout
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')

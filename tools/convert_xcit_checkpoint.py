@@ -13,8 +13,8 @@ import os
 import torch
 
 from xcit_dense.checkpoint import load_weights_only, read_checkpoint
-from xcit_dense.models.checkpoint import (backbone_signature, from_released_layout, is_released_layout,
-                                          load_backbone_weights, to_backbone_layout)
+from xcit_dense.models.weights import (backbone_signature, from_released_layout, is_released_layout,
+                                       load_backbone_weights, to_backbone_layout)
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
 

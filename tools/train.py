@@ -17,7 +17,7 @@ from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, 
                                    find_resumable_checkpoint)
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node, restart
 from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.models.checkpoint import check_finetune_fits
+from xcit_dense.models.weights import check_finetune_fits
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine.run_config import (VIS_BACKENDS, adapt_to_machine, add_vis_backends, check_samples,
                                           configure_amp, configure_training_hooks, seed_from_checkpoint)

@@ -53,7 +53,7 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
 
 def _toolkit_layout(ckpt: Any) -> Any:
     """A released model's file (the authors' key names) as this toolkit's; anything else as it is."""
-    from .models.checkpoint import from_released_layout  # models/ imports this module
+    from .models.weights import from_released_layout  # models/ imports this module
     return from_released_layout(ckpt)[0] if isinstance(ckpt, dict) else ckpt
 
 
@@ -127,7 +127,7 @@ def check_matches_model(model: nn.Module, checkpoint: str) -> None:
     state = read_checkpoint(checkpoint).get('state_dict')
     if not isinstance(state, dict):
         raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
-    from .models.checkpoint import check_backbone_fits  # models/ imports this module
+    from .models.weights import check_backbone_fits  # models/ imports this module
     check_backbone_fits(model, state, checkpoint)
     diff = diff_keys((model.module if hasattr(model, 'module') else model).state_dict(), state)
     mismatched = [f'{k} {saved} vs {own}' for k, saved, own in diff.mismatched]

@@ -4,7 +4,8 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
-from ..models.checkpoint import backbone_signature, model_signature, read_checkpoint, to_backbone_layout
+from ..checkpoint import allow_mmengine_checkpoints, diff_keys, read_checkpoint
+from ..models.weights import backbone_mismatch, summarise_keys, to_backbone_layout
 from .attention import class_attention_maps, classifier_from_state, xca_maps
 from .attention_plots import load_image, output_prefix, save_arrays, save_class_attention, save_xca
 
@@ -12,7 +13,6 @@ from .attention_plots import load_image, output_prefix, save_arrays, save_class_
 def load_model(config: str, checkpoint: str) -> Tuple[nn.Module, bool]:
     """(model, is_classifier): timm's classifier for a checkpoint with class-attention layers
     (``config`` is then unused), else the config's backbone with the checkpoint's weights."""
-    from ..checkpoint import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()  # training checkpoints carry MMEngine's log buffers
     ckpt = read_checkpoint(checkpoint)
     state = ckpt.get('model', ckpt.get('state_dict', ckpt))
@@ -21,15 +21,15 @@ def load_model(config: str, checkpoint: str) -> Tuple[nn.Module, bool]:
     from ..builder import build_model
     backbone = build_model(config, {'model.backbone.init_cfg': None}, init=False).backbone
     weights, _ = to_backbone_layout(ckpt)
-    found = backbone_signature(weights, prefix='')
-    if found and found != model_signature(backbone):
-        raise ValueError(f'checkpoint {checkpoint} holds an XCiT backbone of {found}, but {config} '
-                         f'builds one of {model_signature(backbone)}')
+    mismatch = backbone_mismatch(weights, backbone, prefix='')
+    if mismatch:
+        raise ValueError(f'checkpoint {checkpoint} holds an XCiT backbone of {mismatch[0]}, but {config} '
+                         f'builds one of {mismatch[1]}')
     backbone.load_state_dict(weights, strict=False)
-    missing = [k for k in backbone.state_dict() if k not in weights
-               and not k.startswith('fpn') and not k.endswith('num_batches_tracked')]
+    missing = [k for k in diff_keys(backbone.state_dict(), weights).missing
+               if not k.startswith('fpn') and not k.endswith('num_batches_tracked')]
     if missing:
-        raise ValueError(f'checkpoint {checkpoint} lacks backbone weights: {missing[:8]}')
+        raise ValueError(f'checkpoint {checkpoint} lacks backbone weights: {summarise_keys(missing)}')
     return backbone.eval(), False
 
 

@@ -1,12 +1,11 @@
 """XCiT layers: conv patch embedding, Fourier positional encoding, XCA, LPI and the XCiT block.
 
 State-dict names follow the authors' (and timm's) layout so that their ImageNet weights load
-unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...).
+unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...). This is the
+reference layout, the model as defined; eager CPU runs take the CPU layouts of ``cpu_layouts.py``.
 """
-import contextvars
 import math
-from contextlib import contextmanager
-from typing import Iterator, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,34 +14,11 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.registry import MODELS
 from torch import nn
 
+from . import cpu_layouts
+from .cpu_layouts import use_cpu_layouts
+from .presets import check_patch_size
+
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
-
-
-_CPU_LAYOUTS = contextvars.ContextVar('xcit_cpu_layouts', default=True)
-
-
-@contextmanager
-def reference_layout() -> Iterator[None]:
-    """Run the reference layout (what GPUs run) on the CPU too, inside the block: how the tests
-    reach the GPU path's gradients, training mode and ``with_cp`` without a GPU."""
-    token = _CPU_LAYOUTS.set(False)
-    try:
-        yield
-    finally:
-        _CPU_LAYOUTS.reset(token)
-
-
-def eager_cpu(x: torch.Tensor) -> bool:
-    """True where the CPU layouts below apply: eager CPU runs. Traced, exported or compiled graphs
-    (FLOPs counting, ONNX, ``torch.compile``), GPUs and ``reference_layout()`` blocks see the
-    reference layout, the model as defined."""
-    return (x.device.type == 'cpu' and _CPU_LAYOUTS.get() and not torch.jit.is_tracing()
-            and not torch.compiler.is_compiling())
-
-
-def _gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
-    """``act(x)``, in place where autograd does not need ``x`` (no new buffer of x's size)."""
-    return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
 
 
 @MODELS.register_module()
@@ -56,8 +32,7 @@ class ConvPatchEmbed(nn.Module):
     def __init__(self, patch_size: int = 16, in_channels: int = 3, embed_dims: int = 768,
                  norm_cfg: dict = DEFAULT_NORM) -> None:
         super().__init__()
-        if patch_size not in (8, 16):
-            raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
+        check_patch_size(patch_size)
         divisors = [8, 4, 2, 1] if patch_size == 16 else [4, 2, 1]
         channels = [in_channels] + [embed_dims // d for d in divisors]
         layers = []
@@ -125,12 +100,9 @@ class XCA(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if eager_cpu(x):
-            return self._forward_folded(x)
-        return self._forward_heads(x)
-
-    def _forward_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """The reference layout: q, k, v as (B, heads, d, N), normalised along the token axis."""
+        """q, k, v as (B, heads, d, N), normalised along the token axis."""
+        if use_cpu_layouts(x):
+            return cpu_layouts.xca(self, x)
         B, N, C = x.shape
         # (3, B, heads, d, N): attention runs over channels, the tokens are the feature axis
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
@@ -140,27 +112,6 @@ class XCA(nn.Module):
         attn = self.attn_drop(attn.softmax(dim=-1))
         x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
         return self.proj_drop(self.proj(x))
-
-    def _forward_folded(self, x: torch.Tensor) -> torch.Tensor:
-        """The same map on the (B, N, 3C) qkv as laid out, with attn @ v folded into the projection.
-
-        The token-axis L2 norms become column sums and scale the small (d x d) products instead
-        of q and k; the (d x d) maps times the projection weight make one (C x C) matrix per
-        image, so the only products over the tokens are the per-head Gram matrices and the
-        projection: no transposed copy of q, k, v or of the attention output.
-        """
-        B, N, C = x.shape
-        heads, d = self.num_heads, C // self.num_heads
-        qkv = self.qkv(x)
-        q, k, v = qkv.split(C, dim=-1)
-        sums = torch.ones(B, 1, N, dtype=x.dtype, device=x.device) @ qkv[..., :2 * C].square()
-        inv = sums.sqrt().clamp_min(1e-12).reciprocal().view(B, 2, heads, d)
-        q, k = q.unflatten(-1, (heads, d)).permute(0, 2, 3, 1), k.unflatten(-1, (heads, d)).transpose(1, 2)
-        gram = torch.stack([qb @ kb for qb, kb in zip(q, k)])  # one image at a time: strided, no copy
-        attn = gram * (inv[:, 0, :, :, None] * inv[:, 1, :, None, :]) * self.temperature
-        attn = self.attn_drop(attn.softmax(dim=-1))
-        weight = attn.transpose(-2, -1) @ self.proj.weight.t().view(heads, d, C)
-        return self.proj_drop(torch.baddbmm(self.proj.bias, v, weight.reshape(B, C, C)))
 
 
 @MODELS.register_module()
@@ -177,11 +128,9 @@ class LPI(nn.Module):
         self.conv2 = nn.Conv2d(embed_dims, embed_dims, kernel_size, padding=padding, groups=embed_dims)
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        if use_cpu_layouts(x):
+            return cpu_layouts.lpi(self, x, height, width)
         B, N, C = x.shape
-        if eager_cpu(x):  # the tokens seen as a channels_last map: no copy either way
-            x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
-            x = self.conv2(self.bn(_gelu(self.act, self.conv1(x))))
-            return x.permute(0, 2, 3, 1).reshape(B, N, C)
         x = x.transpose(1, 2).reshape(B, C, height, width)
         x = self.conv2(self.bn(self.act(self.conv1(x))))
         return x.reshape(B, C, N).transpose(1, 2)
@@ -199,7 +148,7 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc1(x)
-        x = _gelu(self.act, x) if eager_cpu(x) else self.act(x)
+        x = cpu_layouts.gelu(self.act, x) if use_cpu_layouts(x) else self.act(x)
         return self.drop(self.fc2(self.drop(x)))
 
 
@@ -228,8 +177,7 @@ class XCABlock(nn.Module):
         return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))
 
     def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """x + drop_path(gamma * y); on CPU without drop path, one pass over memory (addcmul), written
-        over the fresh ``y`` when autograd does not need it."""
-        if eager_cpu(x) and not (self.training and isinstance(self.drop_path, DropPath)):
-            return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
+        """x + drop_path(gamma * y)."""
+        if use_cpu_layouts(x) and not (self.training and isinstance(self.drop_path, DropPath)):
+            return cpu_layouts.residual(x, gamma, y)
         return x + self.drop_path(gamma * y)

@@ -8,6 +8,19 @@ DEFAULT_OUT_INDICES: Dict[int, Tuple[int, ...]] = {12: (3, 5, 7, 11), 24: (7, 11
 WEIGHTS_URL = 'https://dl.fbaipublicfiles.com/xcit/xcit_{arch}_p{patch}_384_dist.pth'
 
 
+def check_patch_size(patch_size: int) -> None:
+    """Refuse a patch size the patch embedding and the pyramid are not built for."""
+    if patch_size not in PATCH_SIZES:
+        raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
+
+
+def default_out_indices(depth: int) -> Tuple[int, ...]:
+    """The blocks feeding the four pyramid levels by default, for a model of ``depth`` blocks."""
+    if depth not in DEFAULT_OUT_INDICES:
+        raise ValueError(f'no default out_indices for depth {depth}: pass out_indices')
+    return DEFAULT_OUT_INDICES[depth]
+
+
 @dataclass(frozen=True)
 class XCiTPreset:
     """One model size: width, depth, heads and initial layer scale (eta)."""
@@ -18,15 +31,9 @@ class XCiTPreset:
     num_heads: int
     eta: float
 
-    @property
-    def out_indices(self) -> Tuple[int, ...]:
-        """The blocks feeding the four pyramid levels by default."""
-        return DEFAULT_OUT_INDICES[self.depth]
-
     def weights_url(self, patch_size: int) -> str:
         """The authors' ImageNet-1k (384, distilled) weights that the recipes start from."""
-        if patch_size not in PATCH_SIZES:
-            raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
+        check_patch_size(patch_size)
         return WEIGHTS_URL.format(arch=self.name, patch=patch_size)
 
 

@@ -18,9 +18,10 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .checkpoint import load_backbone_weights
-from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock, eager_cpu
-from .presets import DEFAULT_OUT_INDICES, PATCH_SIZES, PRESETS
+from .cpu_layouts import use_cpu_layouts
+from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
+from .presets import PRESETS, default_out_indices
+from .weights import load_backbone_weights
 
 # name -> (embed_dims, depth, num_heads, eta): the presets as tuples (public API)
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
@@ -87,7 +88,7 @@ class XCiT(BaseModule):
         compile: ``torch.compile`` the forward; where it cannot compile, one warning is
             logged and the model runs eagerly.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL, sha256=None)`` loads the authors',
-            timm's or this toolkit's weights (see ``checkpoint.load_backbone_weights``).
+            timm's or this toolkit's weights (see ``weights.load_backbone_weights``).
     """
 
     def __init__(self,
@@ -114,8 +115,6 @@ class XCiT(BaseModule):
         super().__init__(init_cfg=init_cfg)
         if arch not in PRESETS:
             raise ValueError(f'unknown XCiT arch {arch!r}; choose one of {sorted(PRESETS)}')
-        if patch_size not in PATCH_SIZES:
-            raise ValueError(f'XCiT patch_size must be 8 or 16, got {patch_size!r}')
         preset = PRESETS[arch]
         self.arch = arch
         self.patch_size = patch_size
@@ -123,11 +122,7 @@ class XCiT(BaseModule):
         self.depth = depth if depth is not None else preset.depth
         self.num_heads = num_heads if num_heads is not None else preset.num_heads
         eta = eta if eta is not None else preset.eta
-        if out_indices is None:
-            if self.depth not in DEFAULT_OUT_INDICES:
-                raise ValueError(f'no default out_indices for depth {self.depth}: pass out_indices')
-            out_indices = DEFAULT_OUT_INDICES[self.depth]
-        out_indices = tuple(out_indices)
+        out_indices = tuple(out_indices) if out_indices is not None else default_out_indices(self.depth)
         if len(out_indices) != len(PYRAMID_STRIDES):
             raise ValueError(f'the XCiT pyramid has 4 levels, so out_indices needs 4 entries; '
                              f'got {len(out_indices)}: {out_indices}')
@@ -218,8 +213,8 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
-        on_cpu = eager_cpu(x)
-        if self.channels_last or on_cpu:  # on CPU the convs run faster so, and the tokens come out contiguous
+        token_views = self.channels_last or use_cpu_layouts(x)
+        if token_views:  # faster convs (on a CPU in any case); the tokens come out contiguous
             x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
         x = x + self.pos_embed(B, Hp, Wp).flatten(2).transpose(1, 2)
@@ -232,7 +227,7 @@ class XCiT(BaseModule):
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:
-                if self.channels_last or on_cpu:  # a channels_last-strided view, no copy
+                if token_views:  # a channels_last-strided view, no copy
                     maps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
                 else:
                     maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))

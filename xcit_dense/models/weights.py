@@ -1,4 +1,5 @@
-"""Mapping XCiT checkpoints onto the backbone's key layout, and loading them into it strictly.
+"""XCiT weights: their layouts mapped onto the backbone's and the released models' keys, loaded
+strictly, and checks that a checkpoint fits a model, each naming what does not fit.
 
 Three layouts are understood:
 - the authors' ImageNet files: weights under ``'model'``, ``pos_embeder.*`` naming, plus
@@ -48,11 +49,27 @@ def to_backbone_layout(ckpt: dict) -> Tuple[StateDict, List[str]]:
     return out, ignored
 
 
-def _summarise(keys: Sequence[str], limit: int = 12) -> str:
+def summarise_keys(keys: Sequence[str], limit: int = 12) -> str:
+    """The first ``limit`` keys and their count, for one line of a log or an error ('none' if empty)."""
     keys = list(keys)
     if len(keys) <= limit:
         return ', '.join(keys) or 'none'
     return ', '.join(keys[:limit]) + f', ... ({len(keys)} in all)'
+
+
+def fit_problems(missing: Sequence[str], unexpected: Sequence[str],
+                 mismatched: Sequence[Tuple[str, tuple, tuple]], mismatch_label: str = 'shape mismatches') -> List[str]:
+    """What keeps a checkpoint's state dict from fitting a model, one phrase per kind (none: it fits);
+    ``mismatched`` holds (key, checkpoint shape, model shape), as ``diff_keys`` gives them."""
+    problems = []
+    if missing:
+        problems.append(f'weights missing from the checkpoint: {summarise_keys(missing)}')
+    if unexpected:
+        problems.append(f'weights the model does not have: {summarise_keys(unexpected)}')
+    if mismatched:
+        shapes = [f'{k}: checkpoint {saved} vs model {own}' for k, saved, own in mismatched]
+        problems.append(f'{mismatch_label}: {summarise_keys(shapes, 6)}')
+    return problems
 
 
 def load_backbone_weights(model: nn.Module, checkpoint: str, allowed_missing: Sequence[str] = (),
@@ -68,23 +85,14 @@ def load_backbone_weights(model: nn.Module, checkpoint: str, allowed_missing: Se
     diff = diff_keys(model.state_dict(), state)
     tolerated = [k for k in diff.missing
                  if k.startswith(tuple(allowed_missing)) or k.endswith('num_batches_tracked')]
-    not_loaded = [k for k in diff.missing if k not in tolerated]
-    unexpected = diff.unexpected
-    mismatched = [f'{k}: checkpoint {saved} vs model {own}' for k, saved, own in diff.mismatched]
-    problems = []
-    if not_loaded:
-        problems.append(f'weights missing from the checkpoint: {_summarise(not_loaded)}')
-    if unexpected:
-        problems.append(f'weights the model does not have: {_summarise(unexpected)}')
-    if mismatched:
-        problems.append(f'shape mismatches: {_summarise(mismatched, 6)}')
+    problems = fit_problems([k for k in diff.missing if k not in tolerated], diff.unexpected, diff.mismatched)
     if problems:
         raise CheckpointError(f'checkpoint {checkpoint} does not fit {type(model).__name__}'
                               f'({getattr(model, "arch", "")}, patch {getattr(model, "patch_size", "?")}) '
                               f'- is it another architecture? ' + '; '.join(problems))
     model.load_state_dict(state, strict=False)
     logger.info(f'Loaded {len(state)} tensors from {checkpoint}; left at initial values: '
-                f'{_summarise(tolerated)}; ignored: {_summarise(sorted(ignored))}')
+                f'{summarise_keys(tolerated)}; ignored: {summarise_keys(sorted(ignored))}')
 
 
 # --- the authors' released detectors and segmentors (mmcv-full 1.3, mmdet 2.11, mmseg 0.11) ------------
@@ -149,16 +157,22 @@ def model_signature(backbone: nn.Module) -> str:
     return f'patch {backbone.patch_size}, {backbone.embed_dims} dims, {len(backbone.blocks)} blocks'
 
 
+def backbone_mismatch(state: Dict[str, torch.Tensor], backbone: Optional[nn.Module],
+                      prefix: str = 'backbone.') -> Optional[Tuple[str, str]]:
+    """(the state dict's, the backbone's) descriptions where both are XCiT backbones and differ."""
+    found = backbone_signature(state, prefix)
+    if found is None or not hasattr(backbone, 'patch_size'):
+        return None
+    own = model_signature(backbone)
+    return (found, own) if found != own else None
+
+
 def check_backbone_fits(model: nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
     """Refuse a checkpoint whose XCiT backbone differs from the model's, naming both."""
-    backbone = getattr(model.module if hasattr(model, 'module') else model, 'backbone', None)
-    found = backbone_signature(state)
-    if found is None or not hasattr(backbone, 'patch_size'):
-        return
-    own = model_signature(backbone)
-    if found != own:
-        raise CheckpointError(f'{source} holds an XCiT backbone of {found}, but the config builds one of '
-                              f'{own}: pass the config of that model (configs/xcit/, patch size in its name)')
+    mismatch = backbone_mismatch(state, getattr(model.module if hasattr(model, 'module') else model, 'backbone', None))
+    if mismatch:
+        raise CheckpointError(f'{source} holds an XCiT backbone of {mismatch[0]}, but the config builds one of '
+                              f'{mismatch[1]}: pass the config of that model (configs/xcit/, patch size in its name)')
 
 
 def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
@@ -179,16 +193,9 @@ def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
         return any(part in CLASS_DEPENDENT for part in key.split('.'))
     reinitialised = [f'{k} (checkpoint {saved} vs model {shape})' for k, saved, shape in diff.mismatched
                      if class_dependent(k)]
-    mismatched = [f'{k}: checkpoint {saved} vs model {shape}' for k, saved, shape in diff.mismatched
-                  if not class_dependent(k)]
-    missing = [k for k in diff.missing if not k.endswith('num_batches_tracked')]
-    problems = []
-    if missing:
-        problems.append(f'weights missing from the checkpoint: {_summarise(missing)}')
-    if diff.unexpected:
-        problems.append(f'weights the model does not have: {_summarise(diff.unexpected)}')
-    if mismatched:
-        problems.append(f'shape mismatches outside the class-dependent layers: {_summarise(mismatched, 6)}')
+    problems = fit_problems([k for k in diff.missing if not k.endswith('num_batches_tracked')], diff.unexpected,
+                            [m for m in diff.mismatched if not class_dependent(m[0])],
+                            'shape mismatches outside the class-dependent layers')
     if problems:
         raise CheckpointError(f'cannot fine-tune from {checkpoint}: ' + '; '.join(problems))
     return reinitialised

@@ -1,0 +1,76 @@
+"""The CPU layouts: XCA, LPI, the MLP's GELU and the block residuals laid out for eager CPU runs.
+
+Each is the same function as the reference layout in ``layers.py`` (what GPUs run, the model as
+defined), arranged to copy less memory on a CPU. The layers ask :func:`use_cpu_layouts` once per
+call, the one switch between the two: traced, exported or compiled graphs (FLOPs counting, ONNX,
+``torch.compile``), GPUs and :func:`reference_layout` blocks get the reference layout. (The RoI
+heads' ``roi_align.CpuFastRoIAlign`` is no layout: it picks a kernel by device, the same in any graph.)
+"""
+import contextvars
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+_ENABLED = contextvars.ContextVar('xcit_cpu_layouts', default=True)
+
+
+@contextmanager
+def reference_layout() -> Iterator[None]:
+    """Run the reference layout (what GPUs run) on the CPU too, inside the block: how the tests
+    reach the GPU path's gradients, training mode and ``with_cp`` without a GPU."""
+    token = _ENABLED.set(False)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
+
+
+def use_cpu_layouts(x: torch.Tensor) -> bool:
+    """Whether the layers run their CPU layout on ``x``: eager runs on a CPU, outside
+    :func:`reference_layout` blocks."""
+    return (x.device.type == 'cpu' and _ENABLED.get() and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling())
+
+
+def gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
+    """``act(x)``, in place where autograd does not need ``x`` (no new buffer of x's size)."""
+    return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
+
+
+def xca(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``layers.XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection.
+
+    The token-axis L2 norms become column sums and scale the small (d x d) products instead
+    of q and k; the (d x d) maps times the projection weight make one (C x C) matrix per
+    image, so the only products over the tokens are the per-head Gram matrices and the
+    projection: no transposed copy of q, k, v or of the attention output.
+    """
+    B, N, C = x.shape
+    heads, d = attn.num_heads, C // attn.num_heads
+    qkv = attn.qkv(x)
+    q, k, v = qkv.split(C, dim=-1)
+    sums = torch.ones(B, 1, N, dtype=x.dtype, device=x.device) @ qkv[..., :2 * C].square()
+    inv = sums.sqrt().clamp_min(1e-12).reciprocal().view(B, 2, heads, d)
+    q, k = q.unflatten(-1, (heads, d)).permute(0, 2, 3, 1), k.unflatten(-1, (heads, d)).transpose(1, 2)
+    gram = torch.stack([qb @ kb for qb, kb in zip(q, k)])  # one image at a time: strided, no copy
+    weights = gram * (inv[:, 0, :, :, None] * inv[:, 1, :, None, :]) * attn.temperature
+    weights = attn.attn_drop(weights.softmax(dim=-1))
+    folded = weights.transpose(-2, -1) @ attn.proj.weight.t().view(heads, d, C)
+    return attn.proj_drop(torch.baddbmm(attn.proj.bias, v, folded.reshape(B, C, C)))
+
+
+def lpi(lpi: nn.Module, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``layers.LPI`` on the tokens seen as a channels_last map: no copy either way."""
+    B, N, C = x.shape
+    x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
+    x = lpi.conv2(lpi.bn(gelu(lpi.act, lpi.conv1(x))))
+    return x.permute(0, 2, 3, 1).reshape(B, N, C)
+
+
+def residual(x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x + gamma * y in one pass over memory (addcmul), written over the fresh ``y`` when autograd
+    does not need it (the block calls it where no drop path applies)."""
+    return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
+

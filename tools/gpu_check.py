@@ -14,4 +14,4 @@ import sys
 from xcit_dense.acceptance.gpu_check import main
 
 if __name__ == '__main__':
-    sys.exit(main(description=__doc__))
+    sys.exit(main())

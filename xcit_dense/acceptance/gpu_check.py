@@ -487,9 +487,9 @@ def parse_budgets(items: List[str]) -> Dict[str, float]:
     return budgets
 
 
-def main(argv: Optional[List[str]] = None, description: Optional[str] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """tools/gpu_check.py's command line: run the check; return its exit status (1 when a step failed)."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--device', default='cuda', help='cuda (default) or cpu')
     parser.add_argument('--tiny', action='store_true', help='tiny models and sizes (for a CPU, or a quick look)')

@@ -1,4 +1,5 @@
-"""The prepared GPU check behind ``tools/gpu_check.py`` (its command line is ``main``).
+"""The prepared GPU check of a machine (``tools/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
+exit status 1 when a step failed.
 
 Six steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
 as it is measured (a check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops;

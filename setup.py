@@ -39,7 +39,7 @@ setup(
     description='XCiT backbones for mmdet and mmseg (Mask R-CNN, UperNet, Semantic FPN)',
     long_description=(HERE / 'README.md').read_text(),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['xcit_dense', 'xcit_dense.*']),
+    packages=find_packages(include=['xcit_dense', 'xcit_dense.*', 'xcit_launch']),
     python_requires='>=3.10',
     install_requires=read_requirements('runtime.txt') + read_requirements('mmcv.txt'),
     extras_require={'tests': read_requirements('tests.txt')},

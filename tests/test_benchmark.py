@@ -9,8 +9,8 @@ import torch
 
 from helpers import ROOT, randomize_, run
 from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
-from xcit_dense.benchmark.runner import job_spec, run_jobs
-from xcit_dense.benchmark.targets import TARGETS, compute_ratios, met
+from xcit_dense.acceptance.targets import TARGETS, compute_ratios, met
+from xcit_dense.benchmark.runs import job_spec, run_jobs
 from xcit_dense.models.xcit import XCiT
 
 NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb')

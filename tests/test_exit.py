@@ -12,7 +12,7 @@ TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
 
 def run_repro(*args: str) -> subprocess.CompletedProcess:
     cmd = [TORCHRUN, '--nproc_per_node=2', '--master_port', str(free_port()),
-           str(ROOT / 'tools/exit_repro.py'), *args]
+           str(ROOT / 'docs/exit-abort/exit_repro.py'), *args]
     return run(cmd)
 
 

@@ -1,22 +1,12 @@
-"""tools/gpu_bundle.py and tools/gpu_device_check.py without network: the requirement check of a
-bundle, its pins against the stack's, and the device script's step plan against the check's."""
-import importlib.util
+"""tools/gpu_bundle.py and tools/gpu_device_check.py (xcit_launch.gpu_bundle, xcit_launch.device_check)
+without network: the requirement check of a bundle, its pins against the stack's, and the device
+script's step plan against the check's."""
 import zipfile
 from pathlib import Path
 
 from helpers import ROOT
-from xcit_dense.benchmark import gpu_check
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / 'tools' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_bundle = _load('gpu_bundle')
-device_check = _load('gpu_device_check')
+from xcit_dense.acceptance import gpu_check
+from xcit_launch import device_check, gpu_bundle
 
 
 def fake_wheel(folder: Path, name: str, version: str, requires: list) -> Path:

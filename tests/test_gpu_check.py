@@ -1,6 +1,5 @@
 """tools/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, failures
 counted from the results, budgets that cut a step, and subprocesses that never outlive it."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,11 +9,7 @@ import pytest
 import torch
 
 from helpers import ROOT, launch_env, spawned
-from xcit_dense.benchmark import gpu_check
-
-_spec = importlib.util.spec_from_file_location('gpu_check_tool', ROOT / 'tools' / 'gpu_check.py')
-gpu_check_tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_check_tool)
+from xcit_dense.acceptance import gpu_check
 
 
 def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_backbone(tmp_path):
@@ -86,7 +81,7 @@ def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatc
     import torchvision
     real = torchvision.ops.roi_align
     monkeypatch.setattr(torchvision.ops, 'roi_align', lambda *a, **k: real(*a, **k) + 1e-3)
-    status = gpu_check_tool.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
+    status = gpu_check.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
     ops = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['ops']
     assert status == 1 and ops['all_ok'] is False
     assert any(reason.startswith('RoIAlign (mmcv kernel)') for reason in ops['failed'])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import CAPABILITY_MISSING, TESTS, repo_state, require_capability, run
+from helpers import CAPABILITY_MISSING, repo_state, require_capability, run
 
 
 def alive(pid: int) -> bool:
@@ -55,12 +55,6 @@ def test_missing_capability_fails_under_ci_where_the_machine_has_it(monkeypatch)
 
 def test_summary_lists_each_missing_capability(tmp_path):
     """The 'capabilities missing' block of a run: one line per capability, with its count."""
-    (tmp_path / 'conftest.py').write_text(
-        'import importlib.util\n'
-        f'spec = importlib.util.spec_from_file_location("xcit_conftest", {str(TESTS / "conftest.py")!r})\n'
-        'module = importlib.util.module_from_spec(spec)\n'
-        'spec.loader.exec_module(module)\n'
-        'pytest_terminal_summary = module.pytest_terminal_summary\n')
     (tmp_path / 'pytest.ini').write_text('[pytest]\n')
     (tmp_path / 'test_caps.py').write_text(
         'import pytest\n'
@@ -72,8 +66,9 @@ def test_summary_lists_each_missing_capability(tmp_path):
         '    require_capability("chattr", False, "no attributes")\n'
         'def test_plain_skip():\n'
         '    pytest.skip("not a capability")\n')
-    proc = run([sys.executable, '-m', 'pytest', str(tmp_path), '-q', '-p', 'no:cacheprovider', '-rs',
-                '-c', str(tmp_path / 'pytest.ini')], cwd=tmp_path,
+    # tests/conftest.py as a plugin (tests/ is on launch_env's PYTHONPATH): its pytest_terminal_summary
+    proc = run([sys.executable, '-m', 'pytest', str(tmp_path), '-q', '-p', 'no:cacheprovider', '-p', 'conftest',
+                '-rs', '-c', str(tmp_path / 'pytest.ini')], cwd=tmp_path,
                env=helpers.launch_env(CI='false'), timeout=300)
     assert '4 skipped' in proc.stdout, proc.stdout + proc.stderr
     block = proc.stdout.split('capabilities missing', 1)[1]

@@ -1,7 +1,6 @@
 """The mmcv build tooling without compiling: cache keys, toolkit choice, the cache's lock and
 atomic publish, the build request, and the run-time check of the GPU against the built architectures."""
 import hashlib
-import importlib.util
 import multiprocessing
 import os
 import re
@@ -16,10 +15,7 @@ import torch
 
 from helpers import ROOT
 from xcit_dense.engine import cuda_ops
-
-_spec = importlib.util.spec_from_file_location('build_mmcv', ROOT / 'tools' / 'build_mmcv.py')
-build_mmcv = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build_mmcv)
+from xcit_launch import mmcv_build as build_mmcv
 
 TAG = 'cp311-cp311-linux_x86_64'
 
@@ -48,16 +44,6 @@ def test_arch_list_is_normalised_so_equal_requests_share_a_key():
     for bad in ('sm_80', '8', 'Ampere', '9.0a', ''):
         with pytest.raises(ValueError):
             build_mmcv.parse_arch_list(bad)
-
-
-def test_cpu_wheels_of_earlier_installs_are_still_found(tmp_path):
-    """The CPU wheel cached by installs before the tagged keys is reused, not rebuilt."""
-    legacy = build_mmcv.legacy_cpu_dir(tmp_path / 'wheels', '2.1.0', '2.14.1')
-    assert legacy == tmp_path / 'wheels' / 'mmcv-2.1.0-torch2.14.1-cpu'
-    legacy.mkdir(parents=True)
-    (legacy / f'mmcv-2.1.0-{TAG}.whl').write_bytes(b'wheel')
-    assert build_mmcv.find_wheel(legacy, '2.1.0', TAG) == legacy / f'mmcv-2.1.0-{TAG}.whl'
-    assert build_mmcv.find_wheel(legacy, '2.1.0', 'cp310-cp310-linux_x86_64') is None
 
 
 # ---- build request -----------------------------------------------------------------------------
@@ -280,11 +266,10 @@ def fake_mmcv(site: Path, build_info: str = None) -> None:
 
 def installed_mismatch_in(site: Path, request, ops: tuple = ()) -> str:
     """installed_mismatch() run in a fresh interpreter that imports mmcv from site."""
-    code = ('import importlib.util, sys\n'
-            f'spec = importlib.util.spec_from_file_location("b", {str(ROOT / "tools" / "build_mmcv.py")!r})\n'
-            'b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n'
+    code = ('from xcit_launch import mmcv_build as b\n'
             f'print(b.installed_mismatch("2.1.0", b.Request(cuda={request.cuda}, archs={request.archs!r}), {ops!r}))\n')
-    return subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(site)),
+    path = os.pathsep.join([str(site), str(ROOT)])  # the fake mmcv, and this checkout's xcit_launch
+    return subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=path),
                           capture_output=True, text=True, check=True).stdout.strip()
 
 

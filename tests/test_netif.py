@@ -1,18 +1,13 @@
 """The pieces of the scale-out launch that need no processes: the route to the master, the
 torchrun wrapper's options and rendezvous report, the Slurm job's port."""
-import importlib.util
 import socket
 
 import pytest
 import torch.distributed as dist
 
-from helpers import ROOT
-from xcit_dense.engine import netif
 from xcit_dense.engine.dist import job_port
-
-spec = importlib.util.spec_from_file_location('torchrun_tool', ROOT / 'tools/torchrun.py')
-torchrun_tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(torchrun_tool)
+from xcit_launch import netif
+from xcit_launch import torchrun as torchrun_tool
 
 
 def test_route_to_loopback_is_lo():

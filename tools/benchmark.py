@@ -45,7 +45,7 @@ from typing import List, Optional
 
 from xcit_dense.benchmark.catalogue import DEFAULT_MODELS, MODELS
 from xcit_dense.benchmark.measure import DTYPES
-from xcit_dense.benchmark.runner import run_benchmark
+from xcit_dense.benchmark.runs import run_benchmark
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:

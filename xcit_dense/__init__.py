@@ -1,7 +1,7 @@
 """XCiT backbones for dense prediction on the OpenMMLab 2.0 stack (mmdet, mmseg)."""
-from .known_warnings import silence_known_warnings
+from xcit_launch import known_warnings  # noqa: F401  (xcit_dense.known_warnings, as before)
 
-silence_known_warnings()  # before mmengine is imported: its import emits one of them
+known_warnings.silence_known_warnings()  # before mmengine is imported: its import emits one of them
 
 from . import datasets  # noqa: E402,F401  (registers SkipBadSamples and, without mmdet, CheckedCocoDataset)
 from .models import XCiT  # noqa: E402,F401  (registers the layers and backbone)

@@ -19,7 +19,7 @@ from mmengine.config import Config
 from mmengine.registry import DATASETS, DefaultScope
 from PIL import Image
 
-from ..data_files import DataFilesError, config_datasets, check_data_files
+from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
 from .files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from .problems import MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
 from .robust import check_sample_files, sample_folders

@@ -2,41 +2,15 @@
 
 tools/build_mmcv.py writes mmcv/xcit_build_info.py into the wheels it builds (CUDA version and
 TORCH_CUDA_ARCH_LIST). A GPU outside that list would fail inside an mmcv kernel launch
-("no kernel image is available"); check_mmcv_cuda_arch() says so up front, naming both.
+("no kernel image is available"); check_mmcv_cuda_arch() says so up front, naming both. Which
+architectures run on which GPU is ``xcit_launch.cuda_arch``'s rule, the one the build uses.
 """
 import importlib
-import re
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-ARCH = re.compile(r'^(\d+)\.(\d+)(\+PTX)?$')
-
-
-def arch_runs_on(arch: str, capability: tuple[int, int]) -> bool:
-    """Whether code for one TORCH_CUDA_ARCH_LIST entry runs on a GPU of this compute capability.
-
-    cubin for sm_XY runs on the same major X with minor >= Y; an entry with +PTX also carries
-    PTX, which the driver compiles for any newer GPU.
-    """
-    m = ARCH.match(arch)
-    if not m:
-        return False
-    built = (int(m.group(1)), int(m.group(2)))
-    if capability[0] == built[0] and capability[1] >= built[1]:
-        return True
-    return bool(m.group(3)) and tuple(capability) >= built
-
-
-def arch_mismatch_message(capability: tuple[int, int], gpu_name: str, archs: Sequence[str]) -> Optional[str]:
-    """The error for a GPU none of the built architectures runs on, None when one does."""
-    if any(arch_runs_on(a, capability) for a in archs):
-        return None
-    sm = f'sm_{capability[0]}{capability[1]}'
-    built = ', '.join('sm_' + a.replace('.', '').replace('+PTX', ' (+PTX)') for a in archs)
-    wanted = ';'.join(list(archs) + [f'{capability[0]}.{capability[1]}'])
-    return (f"this GPU is {sm} ({gpu_name}), but the installed mmcv's CUDA ops were built for {built}: "
-            f'reinstall with XCIT_MMCV_CUDA=1 TORCH_CUDA_ARCH_LIST="{wanted}" bash tools/install.sh')
+from xcit_launch.cuda_arch import arch_mismatch_message, arch_runs_on  # noqa: F401  (the rule, shared with the build)
 
 
 CPU_ONLY = ()  # what mmcv_cuda_archs() returns for a build without CUDA ops

@@ -28,7 +28,9 @@ from typing import Iterator, List, NoReturn, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from . import collectives, netif
+from xcit_launch import netif
+
+from . import collectives
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 _NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)

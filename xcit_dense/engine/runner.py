@@ -12,7 +12,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmengine.utils.dl_utils import collect_env
 
-from ..known_warnings import KnownLogMessages
+from xcit_launch.known_warnings import KnownLogMessages
 from .dist import gpus_present
 
 

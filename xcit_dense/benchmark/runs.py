@@ -15,7 +15,7 @@ from typing import Callable, List, Tuple
 from .catalogue import ROOT
 from .measure import RESULT_TAG
 from .report import markdown, plot, result_row, write_csv
-from .targets import compute_ratios
+from ..acceptance.targets import compute_ratios
 
 
 def _rss_bytes(pid: int) -> int:

@@ -1,6 +1,6 @@
 """Silence the pinned stack's known deprecation warnings, by message, so that real ones show.
 
-Standard library only: the launch scripts load this file by path before anything imports mmengine.
+Standard library only: ``xcit_dense`` and the launch preflight call it before anything imports mmengine.
 """
 import logging
 import warnings

@@ -1,10 +1,10 @@
 """Run a short multi-process job many times and count how each process ended.
 
 Made for the exit abort of issue 10 (a finished gloo run dying with SIGABRT at interpreter exit):
-  python tools/stress_exit.py minimal --runs 100 --busy 2 [--before-fix] [--starve]
-                                                              # tools/exit_repro.py, seconds a run
-  python tools/stress_exit.py train --runs 30 --busy 2        # the demo Mask R-CNN, 2 processes
-  python tools/stress_exit.py test --runs 30 --busy 2         # dist_test.sh on its checkpoint
+  python docs/exit-abort/stress_exit.py minimal --runs 100 --busy 2 [--before-fix] [--starve]
+                                                    # docs/exit-abort/exit_repro.py, seconds a run
+  python docs/exit-abort/stress_exit.py train --runs 30 --busy 2   # the demo Mask R-CNN, 2 processes
+  python docs/exit-abort/stress_exit.py test --runs 30 --busy 2    # dist_test.sh on its checkpoint
 ``--busy K`` keeps K busy loops running meanwhile (load makes the race likelier). Each failed
 run's output, and its core file where the kernel writes one into the working directory, is kept
 under ``--keep DIR``. The last line is ``N passed, M failed``.
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -52,7 +52,7 @@ def command(kind: str, tmp: Path, config: Path, repro_args: list) -> list:
     if kind == 'minimal':
         torchrun = Path(sys.executable).with_name('torchrun')
         return [str(torchrun), '--nproc_per_node=2', '--master_port', str(free_port()),
-                str(ROOT / 'tools/exit_repro.py'), *repro_args]
+                str(Path(__file__).with_name('exit_repro.py')), *repro_args]
     if kind == 'train':
         return ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '2', '--work-dir', str(tmp / 'work')]
     checkpoint = tmp / 'work/epoch_1.pth'

@@ -1,4 +1,5 @@
-"""The prepared GPU check behind ``tools/gpu_check.py``.
+"""The prepared GPU check of a machine (``tools/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
+exit status 1 when a step failed.
 
 Six steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
 as it is measured (a check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops;
@@ -9,6 +10,7 @@ a time budget, past which it is cut and recorded as such. A step fails when it r
 results say so (see ``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too,
 where the ops are checked against torchvision's instead of the CPU's own.
 """
+import argparse
 import csv
 import importlib
 import json
@@ -17,7 +19,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +28,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from xcit_launch.bounded import run_bounded
+
+from ..benchmark.measure import Timer, random_samples
+from ..engine import check_mmcv_cuda_arch
 from ..tasks import task_of_model
-from .measure import Timer, random_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -253,31 +257,6 @@ def train_iterations(config: str, size: Tuple[int, int], batch: int, device: tor
 
 # 4. the benchmark -------------------------------------------------------------------------
 
-def run_bounded(cmd: List[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """Run cmd in a process group of its own, its output captured; past ``timeout`` seconds, or if
-    the caller is interrupted (a step's budget), the whole group is killed (torchrun's workers too)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kwargs)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return subprocess.CompletedProcess(cmd, 'timeout', out, err + f'\n[killed after {timeout:.0f} s]')
-    finally:
-        _kill_group(proc)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill proc's process group (what is left of it), then reap proc."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def benchmark_plan(tiny: bool) -> Tuple[List[str], List[str], str]:
     """The backbones, resolutions and mode the benchmark step measures."""
     if tiny:
@@ -493,3 +472,44 @@ class _budget:
 def _with_tmp(fn: Callable[[Path], dict]) -> dict:
     with tempfile.TemporaryDirectory(prefix='gpu-check-') as tmp:
         return fn(Path(tmp))
+
+
+def parse_budgets(items: List[str]) -> Dict[str, float]:
+    """--budget STEP=SECONDS ... as a dict; SystemExit naming a bad item."""
+    budgets = {}
+    for item in items:
+        step, _, seconds = item.partition('=')
+        try:
+            if step not in STEPS or float(seconds) <= 0:
+                raise ValueError
+        except ValueError:
+            sys.exit(f'error: --budget {item!r}: expected STEP=SECONDS with STEP one of {", ".join(STEPS)}')
+        budgets[step] = float(seconds)
+    return budgets
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """tools/gpu_check.py's command line: run the check; return its exit status (1 when a step failed)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--device', default='cuda', help='cuda (default) or cpu')
+    parser.add_argument('--tiny', action='store_true', help='tiny models and sizes (for a CPU, or a quick look)')
+    parser.add_argument('--steps', nargs='+', choices=STEPS, help='only these steps (default: all)')
+    parser.add_argument('--budget', nargs='+', default=[], metavar='STEP=SECONDS',
+                        help='cut a step past this many seconds (it then fails)')
+    args = parser.parse_args(argv)
+    budgets = parse_budgets(args.budget)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        sys.exit('error: no CUDA device is visible: run on a GPU machine, or pass --device cpu --tiny')
+    if device.type == 'cuda':
+        try:
+            check_mmcv_cuda_arch()
+        except RuntimeError as exc:
+            sys.exit(f'error: {exc}')
+    data = run_check(device, args.tiny, args.out_dir, args.steps, budgets=budgets)
+    failed = failed_steps(data)
+    print(f'[gpu_check] results: {args.out_dir / "gpu_check.md"}')
+    if failed:
+        print(f'error: steps failed: {", ".join(failed)}', file=sys.stderr)
+    return 1 if failed else 0

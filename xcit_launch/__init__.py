@@ -1,0 +1,14 @@
+"""Launch helpers that run before (or without) the toolkit's heavy imports.
+
+``xcit_dense`` registers models and imports torch, mmdet and mmseg; these modules import neither
+torch nor mmengine (``preflight`` imports mmengine's Config only; ``torchrun.main`` and
+``mmcv_build.main`` import torch when they run), so that the launch scripts, the mmcv build before
+the install and a bare GPU machine can use them. ``tools/`` holds their command lines as shims.
+
+``netif``: the address and interface that reach the master; ``torchrun``: the torchrun wrapper
+(rendezvous address, one-line failure reports); ``preflight``: the config and data-file check
+before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
+architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
+``bounded``: subprocesses under a time limit; ``gpu_bundle`` and ``device_check``: the GPU check
+on a lent machine without network (docs/gpu-check.md).
+"""

@@ -1,13 +1,13 @@
 """Checkpoint files: safe reading, atomic writing, choosing the one to resume from, diffing key sets.
 
-Both the backbone's pretrained weights (models/checkpoint.py maps their layouts) and the training
+Both the backbone's pretrained weights (models/weights.py maps their layouts) and the training
 checkpoints go through here, and so does MMEngine's own reader of local files (its
 ``CheckpointLoader`` scheme is replaced). Files are inspected (weights_only.py) and read with
 ``torch.load(weights_only=True)``, so a checkpoint can never run code nor claim more memory than
 it holds; URLs are downloaded by download.py. Writes go to a temporary file, created exclusively
 and renamed into place, so a kill while saving never leaves a truncated checkpoint under a
 checkpoint's name and a link planted in a shared work dir is never followed. The authors' released
-detectors and segmentors are read in this toolkit's layout (``models/checkpoint.py`` maps them).
+detectors and segmentors are read in this toolkit's layout (``models/weights.py`` maps them).
 """
 import glob
 import logging

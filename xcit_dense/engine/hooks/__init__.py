@@ -2,7 +2,7 @@
 
 The runtime base configs declare them as named ``default_hooks`` entries (see TOOLKIT_HOOKS).
 """
-from .batch_plan import BatchPlanHook
+from .batch_plan_hook import BatchPlanHook
 from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook

@@ -1,4 +1,4 @@
-"""Run-time pieces around MMEngine's Runner: batch plans, process groups, checkpoints, hooks, mmcv's CUDA ops."""
+"""Run-time pieces around MMEngine's Runner: batch plans, process groups, resuming, hooks, mmcv's CUDA ops."""
 from . import hooks, optim  # noqa: F401  (registers the hooks and the optimizer constructor)
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .cuda_ops import check_mmcv_cuda_arch

@@ -119,7 +119,7 @@ def configure_optim_wrapper(cfg: Config, plan: Optional[BatchPlan] = None, amp: 
         wrapper.pop('loss_scale', None)
         wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
     custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
-    if 'nonfinite_loss' in (cfg.get('default_hooks') or {}) or 'NonFiniteLossHook' in custom:
+    if (cfg.get('default_hooks') or {}).get('nonfinite_loss') is not None or 'NonFiniteLossHook' in custom:
         kind = wrapper.get('type', 'OptimWrapper')
         wrapper.type = GUARDED.get(kind, kind)
 

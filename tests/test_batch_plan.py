@@ -5,6 +5,7 @@ from mmengine.config import Config
 from helpers import ROOT
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
 from xcit_dense.engine.batch_plan import replan_checkpoint
+from xcit_dense.engine.run_config import configure_optim_wrapper
 
 DET = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
 SEG = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
@@ -15,6 +16,7 @@ def plan_for(config, world, images, accumulation=None, keep=False, scale=None):
     cfg.train_dataloader.batch_size = images
     plan = resolve_batch_plan(cfg, world, accumulation, keep, scale)
     apply_batch_plan(cfg, plan)
+    configure_optim_wrapper(cfg, plan)  # the plan's share of the optimizer wrapper: LR, accumulation
     return plan, cfg
 
 

@@ -178,13 +178,12 @@ def test_bf16_has_no_loss_scaler_on_a_gpu_machine(monkeypatch):
     monkeypatch.setattr(run_config, 'gpus_present', lambda: True)
     cfg = Config(dict(optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1)),
                       default_hooks=dict(nonfinite_loss=dict(type='NonFiniteLossHook'))))
-    run_config.configure_amp(cfg, 'bf16')
-    run_config.configure_training_hooks(cfg, plan={})
+    run_config.configure_optim_wrapper(cfg, amp='bf16')
     assert cfg.optim_wrapper.type == 'GuardedBF16OptimWrapper' and 'loss_scale' not in cfg.optim_wrapper
     wrapper = build_optim_wrapper(torch.nn.Linear(2, 1), cfg.optim_wrapper)
     assert not hasattr(wrapper, 'loss_scaler') and wrapper.cast_dtype is torch.bfloat16
     fp16 = Config(dict(optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1))))
-    run_config.configure_amp(fp16, 'fp16')
+    run_config.configure_optim_wrapper(fp16, amp='fp16')
     assert fp16.optim_wrapper.type == 'AmpOptimWrapper' and fp16.optim_wrapper.loss_scale == 'dynamic'
 
 

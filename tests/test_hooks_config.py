@@ -3,8 +3,9 @@ import pytest
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from helpers import tiny_seg_config
+from helpers import ROOT, tiny_seg_config
 from xcit_dense.builder import load_config
+from xcit_dense.checkpoint import ATOMIC_WRITES
 from xcit_dense.engine.hooks import TOOLKIT_HOOKS
 from xcit_dense.engine.run_config import configure_training_hooks, declare_hooks
 
@@ -75,3 +76,14 @@ def test_configs_without_the_toolkit_bases_get_the_hooks():
     test_cfg = Config(dict())
     declare_hooks(test_cfg, names=['eval_progress'])
     assert dict(test_cfg.default_hooks) == dict(eval_progress=dict(type='EvalProgressHook'))
+
+
+def test_the_base_config_and_the_package_name_the_same_hooks():
+    """configs/_base_/toolkit_hooks.py, inherited by both tasks' runtimes, and TOOLKIT_HOOKS agree."""
+    declared = dict(Config.fromfile(str(ROOT / 'configs/_base_/toolkit_hooks.py')).default_hooks)
+    assert declared.pop('checkpoint') == dict(backend_args=ATOMIC_WRITES)
+    assert {name: hook['type'] for name, hook in declared.items()} == TOOLKIT_HOOKS
+    for runtime in ('default_runtime_det.py', 'schedules/schedule_80k_seg.py', 'schedules/schedule_160k_seg.py'):
+        hooks = Config.fromfile(str(ROOT / 'configs/_base_' / runtime)).default_hooks
+        assert {name: hooks[name]['type'] for name in TOOLKIT_HOOKS} == TOOLKIT_HOOKS, runtime
+        assert hooks.checkpoint.backend_args == ATOMIC_WRITES, runtime

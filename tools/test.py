@@ -11,13 +11,11 @@ import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings 
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
-from xcit_dense.builder import load_config
-from xcit_dense.checkpoint import (CheckpointError, allow_mmengine_checkpoints, check_matches_model,
-                                   local_checkpoint, read_checkpoint)
-from xcit_dense.engine import check_mmcv_cuda_arch, process_group
-from xcit_dense.engine.dist import describe_topology, exit_once_per_node
+from xcit_dense.checkpoint import CheckpointError, check_matches_model, local_checkpoint, read_checkpoint
 from xcit_dense.datasets.problems import bad_sample_message
-from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks
+from xcit_dense.engine import process_group
+from xcit_dense.engine.dist import describe_topology, exit_once_per_node
+from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
 from xcit_dense.tasks import task_of_config
 
 
@@ -66,9 +64,9 @@ def use_tta(cfg: Config) -> None:
     cfg.model = cfg.tta_model
 
 
-def warn_other_classes(runner, checkpoint: str) -> None:
+def warn_other_classes(runner, checkpoint: str, loaded: dict) -> None:
     """Warn when the checkpoint names other classes than the test set (whose names the metrics use)."""
-    saved = (read_checkpoint(checkpoint).get('meta') or {}).get('dataset_meta', {}).get('classes')
+    saved = (loaded.get('meta') or {}).get('dataset_meta', {}).get('classes')
     tested = runner.test_dataloader.dataset.metainfo.get('classes')
     if saved and tested and tuple(saved) != tuple(tested):
         runner.logger.warning(f'{checkpoint} was trained on the classes {", ".join(saved[:5])}, ... '
@@ -78,17 +76,10 @@ def warn_other_classes(runner, checkpoint: str) -> None:
 
 def main() -> None:
     args = parse_args()
-    for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
-        if '://' not in path and not os.path.isfile(path):
-            sys.exit(f'error: {what} file not found: {path}')
-    allow_mmengine_checkpoints()
     try:
-        check_mmcv_cuda_arch()  # a GPU outside the installed mmcv build: say so before any kernel fails
-    except RuntimeError as exc:
-        exit_once_per_node(f'error: {exc}')
-    try:
-        cfg = load_config(args.config, args.cfg_options)
-        task_of_config(cfg).import_models()  # before the Runner does: a segmentation run keeps mmdet out
+        cfg = open_tool_config(args.config, args.cfg_options)
+        if '://' not in args.checkpoint and not os.path.isfile(args.checkpoint):
+            sys.exit(f'error: checkpoint file not found: {args.checkpoint}')
         if args.tta:
             use_tta(cfg)
         args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
@@ -111,10 +102,14 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     cfg.model.get('module', cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight (--tta: inside)
     runner = RUNNERS.build(cfg)
     try:
-        check_matches_model(runner.model, args.checkpoint)
+        loaded = read_checkpoint(args.checkpoint)  # once: for the checks below and the Runner's load
+        check_matches_model(runner.model, args.checkpoint, loaded)
     except CheckpointError as exc:
         sys.exit(f'error: {exc}')
-    warn_other_classes(runner, args.checkpoint)
+    warn_other_classes(runner, args.checkpoint, loaded)
+    if hasattr(runner, 'hand_checkpoint'):
+        runner.hand_checkpoint(args.checkpoint, loaded)
+    del loaded  # the Runner's now: dropped once it has loaded it
     runner.logger.info(f'Test plan: {describe_topology(backend)}')
     try:
         runner.test()

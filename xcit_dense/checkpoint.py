@@ -1,4 +1,4 @@
-"""Checkpoint files: safe reading, atomic writing, choosing the one to resume from, diffing key sets.
+"""Checkpoint files: safe reading, atomic writing, diffing key sets (engine/resume.py chooses the one to resume from).
 
 Both the backbone's pretrained weights (models/weights.py maps their layouts) and the training
 checkpoints go through here, and so does MMEngine's own reader of local files (its
@@ -9,17 +9,13 @@ and renamed into place, so a kill while saving never leaves a truncated checkpoi
 checkpoint's name and a link planted in a shared work dir is never followed. The authors' released
 detectors and segmentors are read in this toolkit's layout (``models/weights.py`` maps them).
 """
-import glob
-import logging
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 from torch import nn
 
@@ -27,8 +23,7 @@ from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
-           'check_matches_model', 'diff_keys', 'find_resumable_checkpoint', 'write_pointer',
-           'AtomicLocalBackend']
+           'check_matches_model', 'diff_keys', 'AtomicLocalBackend', 'ATOMIC_WRITES']
 
 
 _UMASK = os.umask(0)
@@ -121,10 +116,11 @@ def diff_keys(own: Dict[str, torch.Tensor], state: Dict[str, torch.Tensor]) -> K
                                for k in own if k in state and state[k].shape != own[k].shape])
 
 
-def check_matches_model(model: nn.Module, checkpoint: str) -> None:
+def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict] = None) -> None:
     """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
-    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys)."""
-    state = read_checkpoint(checkpoint).get('state_dict')
+    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys).
+    ``loaded``: the checkpoint's contents when they are already read (not read again)."""
+    state = (read_checkpoint(checkpoint) if loaded is None else loaded).get('state_dict')
     if not isinstance(state, dict):
         raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
     from .models.weights import check_backbone_fits  # models/ imports this module
@@ -169,49 +165,12 @@ class AtomicLocalBackend(LocalBackend):
 
 
 register_backend('atomic_local', AtomicLocalBackend, force=True)
+ATOMIC_WRITES = dict(backend='atomic_local')  # the ``backend_args`` of a checkpoint written through it
 
 
-def write_pointer(work_dir: str, checkpoint: str) -> None:
-    """Point ``last_checkpoint`` (what MMEngine's auto-resume reads) at ``checkpoint``, atomically."""
-    AtomicLocalBackend().put_text(checkpoint, os.path.join(work_dir, 'last_checkpoint'))
-
-
-CHECKPOINT_NAME = re.compile(r'(?:iter|epoch)_(\d+)\.pth$')
-
-
-def _candidates(work_dir: str) -> List[str]:
-    """Training checkpoints of a work dir, the pointer's target first, then newest to oldest."""
-    files = [f for f in glob.glob(os.path.join(work_dir, '*.pth')) if CHECKPOINT_NAME.search(f)]
-    files.sort(key=lambda p: (int(CHECKPOINT_NAME.search(p).group(1)), os.path.getmtime(p)),
-               reverse=True)
-    pointer = os.path.join(work_dir, 'last_checkpoint')
-    if os.path.isfile(pointer):
-        target = open(pointer).read().strip()
-        if target in files:
-            files.remove(target)
-            files.insert(0, target)
-    return files
-
-
-def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
-    """The newest checkpoint of ``work_dir`` that loads; None when there is none at all.
-
-    Unreadable ones (truncated, empty) are reported and skipped; if checkpoints exist but none
-    loads, this raises rather than letting the run start from scratch.
-    """
-    candidates = _candidates(work_dir)
-    problems = []
-    for path in candidates:
-        try:
-            read_checkpoint(path)
-        except (CheckpointError, FileNotFoundError) as exc:
-            problems.append(str(exc))
-            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
-            continue
-        if problems:
-            print_log(f'resuming from {path}, the newest checkpoint that loads', logger='current',
-                      level=logging.WARNING)
-        return path
-    if problems:
-        raise CheckpointError(f'no checkpoint in {work_dir} can be loaded: ' + '; '.join(problems))
-    return None
+def __getattr__(name: str) -> Any:
+    """The resume helpers, now in engine/resume.py, under their old import path."""
+    if name in ('find_resumable_checkpoint', 'write_pointer'):
+        from .engine import resume  # the engine imports this module
+        return getattr(resume, name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

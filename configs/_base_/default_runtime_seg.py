@@ -1,5 +1,6 @@
 # Runtime for the segmentation configs: logging, visualisation, environment. Training is
-# counted in iterations; the hooks (with the checkpoint interval) are in the schedule files.
+# counted in iterations; the hooks are in default_hooks_seg.py, which the schedule files inherit
+# and complete with their checkpoint interval.
 # default_scope and custom_imports come from the model bases.
 
 env_cfg = dict(

@@ -1,4 +1,4 @@
-"""Run-time pieces around MMEngine's Runner: batch plans, process groups, checkpoints, hooks, mmcv's CUDA ops."""
+"""Run-time pieces around MMEngine's Runner: batch plans, process groups, resuming, hooks, mmcv's CUDA ops."""
 from xcit_launch import netif  # noqa: F401  (xcit_dense.engine.netif, as before)
 
 from . import hooks, optim  # noqa: F401  (registers the hooks and the optimizer constructor)

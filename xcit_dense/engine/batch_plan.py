@@ -2,8 +2,9 @@
 
 The effective total batch is world size x images per GPU x accumulation steps. MMEngine's own
 ``auto_scale_lr`` ignores accumulation, and its iteration-based loops and schedulers count
-micro-iterations; this module resolves the plan once and rewrites the config so that the LR,
-the number of optimizer steps, warmup, decay and the intervals keep their recipe values, and
+micro-iterations; this module resolves the plan once and rewrites the schedule so that the
+number of optimizer steps, warmup, decay and the intervals keep their recipe values (the optimizer
+wrapper takes the plan's LR and accumulation in ``run_config.configure_optim_wrapper``), and
 carries a checkpoint over when a resume changes the plan (``BatchPlanHook``).
 """
 from dataclasses import dataclass
@@ -97,10 +98,11 @@ def recount(counter: int, old_accumulation: int, new_accumulation: int) -> int:
 
 
 def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
-    """Rewrite ``cfg`` in place for ``plan``; MMEngine's own LR scaling is switched off."""
+    """Rewrite the schedule of ``cfg`` in place for ``plan``; MMEngine's own LR scaling is switched off.
+
+    The optimizer wrapper's share (its accumulation and LR) is set by ``run_config.configure_optim_wrapper``.
+    """
     acc = plan.accumulation
-    cfg.optim_wrapper.accumulative_counts = acc
-    cfg.optim_wrapper.optimizer.lr = plan.lr
     cfg.auto_scale_lr = dict(enable=False, base_batch_size=plan.reference_batch)
     schedulers = cfg.get('param_scheduler') or []
     for sched in schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]:

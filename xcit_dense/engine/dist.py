@@ -23,7 +23,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, NoReturn, Optional, Tuple
+from typing import Iterator, List, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -31,10 +31,10 @@ import torch.distributed as dist
 from xcit_launch import netif
 
 from . import collectives
+from .resume import agree_on_restart, restart  # noqa: F401  (restart: its old import path)
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 _NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)
-_RESTART: Tuple[int, str] = (0, '')  # how often, and by what, this group was restarted (see restart())
 
 
 def gpus_present() -> bool:
@@ -106,7 +106,7 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
     _choose_socket_interface(backend)
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     collectives.open_control_group(timeout_s)
-    _agree_on_restart()
+    agree_on_restart()  # a collective: every rank learns whether this group is a restarted one
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
     return backend
 
@@ -141,29 +141,6 @@ def _choose_socket_interface(backend: str) -> None:
         if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
             node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
             print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
-
-
-def _agree_on_restart() -> None:
-    """Learn whether this group is a restarted one: torchrun restarted it (--max-restarts), or
-    Slurm requeued its job after a node failed (SLURM_RESTART_COUNT, the same on every task).
-
-    Under torchrun only the agent whose worker failed counts a restart (TORCHELASTIC_RESTART_COUNT);
-    the agents that merely followed it into a new rendezvous keep their count. The highest count of
-    all ranks says it for the whole group, so every rank takes the same decision."""
-    global _RESTART
-    requeues = int(os.environ.get('SLURM_RESTART_COUNT') or 0)
-    if requeues:
-        _RESTART = (requeues, 'Slurm requeue')
-    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) > 0:
-        counts = collectives.gather_objects(int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
-        if max(counts):
-            _RESTART = (max(counts), 'elastic restart')
-
-
-def restart() -> Tuple[int, str]:
-    """How many times this group was started again after a failure (0 for a fresh run), and by
-    what: 'elastic restart' (torchrun --max-restarts) or 'Slurm requeue' (sbatch --requeue)."""
-    return _RESTART
 
 
 _KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store

@@ -1,5 +1,15 @@
-"""Turning a training config into a Runner config for this machine: norms, wrappers, precision."""
+"""Turning a config and the command line into the Runner config of this run on this machine:
+the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample checks, resuming.
+
+``assemble_training`` is tools/train.py's one step from config to Runner config;
+``configure_optim_wrapper`` is the one place that changes ``optim_wrapper``.
+"""
+import argparse
 import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import torch
@@ -7,11 +17,34 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checkpoint import read_checkpoint
+from ..builder import load_config
+from ..checkpoint import ATOMIC_WRITES, allow_mmengine_checkpoints
 from ..datasets.files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
-from .dist import gpus_present
+from ..tasks import task_of_config
+from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
+from .cuda_ops import check_mmcv_cuda_arch
+from .dist import exit_once_per_node, gpus_present
 from .hooks import TOOLKIT_HOOKS
 from .optim_wrappers import GUARDED
+from .resume import Resume, seed_from_checkpoint  # noqa: F401  (seed_from_checkpoint: its old import path)
+
+
+def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
+    """The start tools/train.py and tools/test.py share: the config at ``path`` with ``cfg_options``,
+    its task's models imported (before the Runner does: a segmentation run keeps mmdet out).
+
+    A missing file, or a GPU outside the installed mmcv build, ends the process with the error (said
+    before any kernel fails); a config that does not load raises ValueError."""
+    if not os.path.isfile(path):
+        sys.exit(f'error: config file not found: {path}')
+    allow_mmengine_checkpoints()
+    try:
+        check_mmcv_cuda_arch()
+    except RuntimeError as exc:
+        exit_once_per_node(f'error: {exc}')
+    cfg = load_config(path, cfg_options)
+    task_of_config(cfg).import_models()
+    return cfg
 
 
 def replace_sync_bn(node: Any) -> int:
@@ -64,22 +97,31 @@ def add_vis_backends(cfg: Config, names: Iterable[str]) -> None:
             backends.append(dict(type=VIS_BACKENDS[name]))
 
 
-def configure_amp(cfg: Config, dtype: Optional[str]) -> None:
-    """Mixed precision: fp16 with dynamic loss scaling, or bf16 without a loss scaler (bf16 keeps
-    float32's exponent range); fp32 (with a message) on CPU."""
-    if dtype is None:
-        return
-    if dtype not in ('fp16', 'bf16'):
-        raise ValueError(f"--amp takes fp16 or bf16, got {dtype!r}")
-    if not gpus_present():
-        print_log(f'--amp {dtype} asked for, but there is no GPU: training in fp32', logger='current',
+def configure_optim_wrapper(cfg: Config, plan: Optional[BatchPlan] = None, amp: Optional[str] = None) -> None:
+    """Every run-time change to ``optim_wrapper``: the batch plan's accumulation and LR, the ``--amp``
+    type, and the non-finite loss guard while the ``nonfinite_loss`` hook is on (a ``Guarded*OptimWrapper``
+    type, so the dumped config and the log show it). Call it once the hooks are declared.
+
+    ``--amp fp16`` trains with dynamic loss scaling, ``bf16`` without a loss scaler (bf16 keeps
+    float32's exponent range); on a CPU, fp32 with a message."""
+    wrapper = cfg.optim_wrapper
+    if plan is not None:
+        wrapper.accumulative_counts = plan.accumulation
+        wrapper.optimizer.lr = plan.lr
+    if amp not in (None, 'fp16', 'bf16'):
+        raise ValueError(f"--amp takes fp16 or bf16, got {amp!r}")
+    if amp and not gpus_present():
+        print_log(f'--amp {amp} asked for, but there is no GPU: training in fp32', logger='current',
                   level=logging.WARNING)
-        return
-    if dtype == 'fp16':
-        cfg.optim_wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic', dtype='float16')
-    else:
-        cfg.optim_wrapper.pop('loss_scale', None)
-        cfg.optim_wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
+    elif amp == 'fp16':
+        wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic', dtype='float16')
+    elif amp == 'bf16':
+        wrapper.pop('loss_scale', None)
+        wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    if (cfg.get('default_hooks') or {}).get('nonfinite_loss') is not None or 'NonFiniteLossHook' in custom:
+        kind = wrapper.get('type', 'OptimWrapper')
+        wrapper.type = GUARDED.get(kind, kind)
 
 
 def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
@@ -105,35 +147,16 @@ def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> N
 
 def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
     """The toolkit's training hooks with this run's arguments: the batch plan in checkpoints,
-    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes; with the loss guard's
-    hook on, the optimizer wrapper is its guarded type (``Guarded*OptimWrapper``)."""
+    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes."""
     declare_hooks(cfg)
     default_hooks = cfg.default_hooks
-    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
-    if cfg.get('optim_wrapper') and ('nonfinite_loss' in default_hooks or 'NonFiniteLossHook' in custom):
-        kind = cfg.optim_wrapper.get('type', 'OptimWrapper')
-        cfg.optim_wrapper.type = GUARDED.get(kind, kind)
     if 'batch_plan' in default_hooks:
         default_hooks['batch_plan']['plan'] = plan
     if skip_nonfinite and 'nonfinite_loss' in default_hooks:
         default_hooks['nonfinite_loss']['skip'] = True
     checkpoint = default_hooks.get('checkpoint')
     if checkpoint is not None and not checkpoint.get('backend_args'):
-        checkpoint['backend_args'] = dict(backend='atomic_local')
-
-
-def seed_from_checkpoint(cfg: Config, checkpoint: str) -> None:
-    """A config without a seed resumes under the checkpoint's seed, set before the Runner exists.
-
-    MMEngine re-seeds from the checkpoint only after it has built the training dataloader,
-    whose sampler order and worker seeds would then come from a new random seed.
-    """
-    randomness = dict(cfg.get('randomness') or {})
-    if randomness.get('seed') is not None:
-        return
-    seed = read_checkpoint(checkpoint).get('meta', {}).get('seed')
-    if seed is not None:
-        cfg.randomness = dict(randomness, seed=seed)
+        checkpoint['backend_args'] = dict(ATOMIC_WRITES)
 
 
 def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
@@ -151,3 +174,34 @@ def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
             dataset.setdefault('max_image_pixels', max_pixels)
         else:
             dataloader.dataset = dict(type=wrapper, dataset=dataset, max_image_pixels=max_pixels)
+
+
+@dataclass
+class TrainingRun:
+    """What ``assemble_training`` decided besides the config: the batch plan and where the run starts."""
+
+    plan: BatchPlan
+    resume: Resume
+
+
+def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
+    """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
+    the batch plan, norms and DDP for this machine, trackers, the toolkit's hooks, the optimizer wrapper,
+    the sample checks, the work dir, and the checkpoint to resume from (read once; ``Resume.hand_to``
+    gives it to the Runner).
+
+    Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
+    checkpoint that cannot be resumed from."""
+    plan = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+    apply_batch_plan(cfg, plan)
+    adapt_to_machine(cfg)
+    add_vis_backends(cfg, args.vis_backend)
+    configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
+    configure_optim_wrapper(cfg, plan, args.amp)
+    check_samples(cfg, ['train_dataloader', 'val_dataloader'])
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    resume = Resume.choose(cfg.work_dir, args.resume)
+    resume.configure(cfg)
+    if not resume.path and cfg.get('load_from'):
+        cfg.model.backbone.init_cfg = None  # the checkpoint holds every backbone weight (checked once built)
+    return TrainingRun(plan, resume)

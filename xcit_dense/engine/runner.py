@@ -1,15 +1,19 @@
-"""MMEngine's Runner with an environment header that states the process group and devices in use.
+"""MMEngine's Runner with an environment header that states the process group and devices in use,
+and that resumes from a checkpoint already read.
 
 MMEngine's header prints the config's ``dist_cfg`` (NCCL in the recipes) and the world size as
 "GPU number", also for gloo on CPU processes. The runtime configs name this runner
 (``runner_type``), so mmdet's and mmseg's own tools use it too.
 """
 from collections import OrderedDict
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
+from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+from mmengine.runner.checkpoint import _load_checkpoint_to_model
 from mmengine.utils.dl_utils import collect_env
 
 from xcit_launch.known_warnings import KnownLogMessages
@@ -30,6 +34,26 @@ class ToolkitRunner(Runner):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.logger.addFilter(KnownLogMessages())
+        self._handed: Optional[Tuple[str, dict]] = None
+
+    def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
+        """Give the Runner the contents of ``filename``, already read (engine/resume.py reads a
+        resumed checkpoint once): its load of that file uses them instead of reading it again."""
+        self._handed = (filename, checkpoint)
+
+    def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
+                        revise_keys: Sequence[Tuple[str, str]] = ((r'^module.', ''),)):
+        """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's."""
+        if self._handed is None or self._handed[0] != filename:
+            return super().load_checkpoint(filename, map_location, strict, revise_keys)
+        checkpoint, self._handed = self._handed[1], None
+        # as MMEngine's: the hooks see the checkpoint, then the model gets its weights
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+        model = self.model.module if is_model_wrapper(self.model) else self.model
+        checkpoint = _load_checkpoint_to_model(model, checkpoint, strict, revise_keys=revise_keys)
+        self._has_loaded = True
+        self.logger.info(f'Load checkpoint from {filename}')
+        return checkpoint
 
     def _log_env(self, env_cfg: dict) -> None:
         runtime = OrderedDict((k, v) for k, v in env_cfg.items() if k != 'dist_cfg')

@@ -1,7 +1,7 @@
 # The authors' ADE20K schedule for 80k iterations: AdamW, 1500-iteration linear warmup
 # from 1e-6 of the learning rate, then poly decay (power 1) to 0; checkpoint and evaluate
 # every 8000 iterations.
-_base_ = '../toolkit_hooks.py'  # merged into default_hooks below
+_base_ = '../default_hooks_seg.py'  # the hooks, with the toolkit's
 max_iters = 80000
 interval = 8000
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=interval)
@@ -23,13 +23,7 @@ optim_wrapper = dict(
     # no weight decay on the LayerNorms (every parameter whose name contains 'norm')
     paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.)}))
 
-default_hooks = dict(
-    timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
-    param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=interval),
-    sampler_seed=dict(type='DistSamplerSeedHook'),
-    visualization=dict(type='SegVisualizationHook'))
+default_hooks = dict(checkpoint=dict(interval=interval))
 
 # the learning rate above is for the reference total batch of 16 (8 GPUs x 2 images);
 # tools/train.py --scale-lr rescales it linearly for another effective total batch

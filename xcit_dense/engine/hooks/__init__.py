@@ -2,14 +2,15 @@
 
 The runtime base configs declare them as named ``default_hooks`` entries (see TOOLKIT_HOOKS).
 """
-from .batch_plan import BatchPlanHook
+from .batch_plan_hook import BatchPlanHook
 from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
 from .rng_state import RNGStateHook
 from .throughput import ThroughputHook
 
-# the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them
+# the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them (for
+# configs that do not inherit it: run_config.declare_hooks; tests/test_hooks_config.py keeps them equal)
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook')

@@ -16,8 +16,9 @@ class NonFiniteLossError(RuntimeError):
 class NonFiniteLossHook(Hook):
     """Stop after a step with a NaN/inf loss, or go on counting it with ``skip=True``.
 
-    The guard itself is the optimizer wrapper (``Guarded*OptimWrapper``, set by tools/train.py
-    while this hook is on): it makes no update for such a step on any rank. By default the run
+    The guard itself is the optimizer wrapper (``Guarded*OptimWrapper``, chosen by
+    ``run_config.configure_optim_wrapper`` while this hook is on): it makes no update for such a step
+    on any rank; this hook only acts on its verdict. By default the run
     then stops with the iteration and the loss names (the last checkpoint stays as it was); with
     ``skip=True`` the step is dropped and counted (``nonfinite_skipped`` in the log). With
     gradient accumulation a non-finite micro-batch drops its whole optimizer step.

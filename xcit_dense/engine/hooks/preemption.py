@@ -7,10 +7,11 @@ import sys
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...checkpoint import write_pointer
+from ...checkpoint import ATOMIC_WRITES
 from ..collectives import meet
 from ..optim_wrappers import step_agreement
 from ..dist import world_size
+from ..resume import write_pointer
 from ..step_agreement import clear_signal, note_signal, noted_signal
 from .rng_state import RNGStateHook
 
@@ -63,9 +64,11 @@ class PreemptionHook(Hook):
     process, a signal that arrives while the next batch is loaded (bad samples retried, slow
     storage) stops at once, with the checkpoint of the last completed iteration.
 
-    Under Slurm the job then requeues itself (``scontrol requeue``); the requeued run resumes from
-    that checkpoint by itself (``SLURM_RESTART_COUNT``). The process exits with
-    128 + the signal number. All ranks stop at the same iteration, the end of an optimizer step
+    The checkpoint is ``iter_<step>.pth``, and ``last_checkpoint`` points at it. Under Slurm the hook
+    then requeues the job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them
+    with REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py
+    continues from that checkpoint without being asked (engine/resume.py). Elsewhere the run just
+    stops; ``--resume`` continues it. The process exits with 128 + the signal number. All ranks stop at the same iteration, the end of an optimizer step
     (with gradient accumulation, the step under way is finished first); they learn of a signal
     in the step's one agreement (``step_agreement``).
     """
@@ -110,7 +113,7 @@ class PreemptionHook(Hook):
         filename = f'iter_{step}.pth'
         runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')
         runner.save_checkpoint(runner.work_dir, filename, by_epoch=False, meta=dict(iter=step),
-                               backend_args=dict(backend='atomic_local'))
+                               backend_args=dict(ATOMIC_WRITES))
         if runner.rank == 0:
             write_pointer(runner.work_dir, os.path.join(runner.work_dir, filename))
             job = os.environ.get('SLURM_JOB_ID')

@@ -12,7 +12,7 @@ from ..batch_plan import replan_checkpoint
 class BatchPlanHook(Hook):
     """Record the batch plan in checkpoints; on resume under another plan, carry the run over.
 
-    ``plan`` is ``BatchPlan.as_dict()``, set by tools/train.py; without one (a Runner built by
+    ``plan`` is ``BatchPlan.as_dict()``, set by ``run_config.configure_training_hooks``; without one (a Runner built by
     other tools, which do not rewrite the schedule for accumulation) the hook does nothing.
     """
 

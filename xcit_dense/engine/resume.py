@@ -1,0 +1,180 @@
+"""Resuming a training run: which checkpoint it continues from, read once, and whether its group restarted.
+
+A run continues from a checkpoint when ``--resume`` asks for it (without a path: the newest checkpoint
+of the work dir that loads), or by itself when its process group was started again after a failure
+(torchrun ``--max-restarts``, a requeued Slurm job). The chosen file is read once: the seed, the check
+against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the hooks that keep
+state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
+pointer MMEngine's own ``resume=True`` follows, is written here too.
+"""
+import glob
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Tuple, Union
+
+from mmengine.config import Config
+from mmengine.logging import print_log
+
+from ..checkpoint import AtomicLocalBackend, CheckpointError, check_matches_model, read_checkpoint
+from . import collectives
+
+__all__ = ['Restart', 'Resume', 'agree_on_restart', 'find_resumable_checkpoint', 'read_resumable_checkpoint',
+           'restart', 'seed_from_checkpoint', 'write_pointer']
+
+
+class Restart(NamedTuple):
+    """How many times a group was started again after a failure (0 for a fresh run), and by what."""
+
+    count: int
+    by: str  # 'elastic restart' (torchrun --max-restarts), 'Slurm requeue' (sbatch --requeue) or ''
+
+
+_restart = Restart(0, '')  # this process's group, agreed on when the group forms
+
+
+def agree_on_restart() -> Restart:
+    """Learn whether this group is a restarted one (a collective: every rank calls it once the group
+    has formed; ``init_distributed`` does).
+
+    Slurm's SLURM_RESTART_COUNT is the same on every task. Under torchrun only the agent whose worker
+    failed counts a restart (TORCHELASTIC_RESTART_COUNT); the agents that merely followed it into a new
+    rendezvous keep their count, so the highest count of all ranks says it for the whole group."""
+    global _restart
+    requeues = int(os.environ.get('SLURM_RESTART_COUNT') or 0)
+    if requeues:
+        _restart = Restart(requeues, 'Slurm requeue')
+    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) > 0:
+        counts = collectives.gather_objects(int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
+        if max(counts):
+            _restart = Restart(max(counts), 'elastic restart')
+    return _restart
+
+
+def restart() -> Restart:
+    """This process's group's restart count, as ``agree_on_restart`` found it ((0, '') before)."""
+    return _restart
+
+
+def write_pointer(work_dir: str, checkpoint: str) -> None:
+    """Point ``last_checkpoint`` (what MMEngine's auto-resume reads) at ``checkpoint``, atomically."""
+    AtomicLocalBackend().put_text(checkpoint, os.path.join(work_dir, 'last_checkpoint'))
+
+
+CHECKPOINT_NAME = re.compile(r'(?:iter|epoch)_(\d+)\.pth$')
+
+
+def _candidates(work_dir: str) -> List[str]:
+    """Training checkpoints of a work dir, the pointer's target first, then newest to oldest."""
+    files = [f for f in glob.glob(os.path.join(work_dir, '*.pth')) if CHECKPOINT_NAME.search(f)]
+    files.sort(key=lambda p: (int(CHECKPOINT_NAME.search(p).group(1)), os.path.getmtime(p)),
+               reverse=True)
+    pointer = os.path.join(work_dir, 'last_checkpoint')
+    if os.path.isfile(pointer):
+        target = open(pointer).read().strip()
+        if target in files:
+            files.remove(target)
+            files.insert(0, target)
+    return files
+
+
+def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
+    """The newest checkpoint of ``work_dir`` that loads, and its contents; None when there is none at all.
+
+    Unreadable ones (truncated, empty) are reported and skipped; if checkpoints exist but none
+    loads, this raises rather than letting the run start from scratch.
+    """
+    problems = []
+    for path in _candidates(work_dir):
+        try:
+            checkpoint = read_checkpoint(path)
+        except (CheckpointError, FileNotFoundError) as exc:
+            problems.append(str(exc))
+            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
+            continue
+        if problems:
+            print_log(f'resuming from {path}, the newest checkpoint that loads', logger='current',
+                      level=logging.WARNING)
+        return path, checkpoint
+    if problems:
+        raise CheckpointError(f'no checkpoint in {work_dir} can be loaded: ' + '; '.join(problems))
+    return None
+
+
+def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
+    """The path of :func:`read_resumable_checkpoint`'s choice (None: no checkpoint at all)."""
+    found = read_resumable_checkpoint(work_dir)
+    return found[0] if found else None
+
+
+def seed_from_checkpoint(cfg: Config, checkpoint: Union[dict, str]) -> None:
+    """A config without a seed resumes under the checkpoint's seed (a read checkpoint, or its path),
+    set before the Runner exists.
+
+    MMEngine re-seeds from the checkpoint only after it has built the training dataloader,
+    whose sampler order and worker seeds would then come from a new random seed.
+    """
+    randomness = dict(cfg.get('randomness') or {})
+    if randomness.get('seed') is not None:
+        return
+    if isinstance(checkpoint, str):
+        checkpoint = read_checkpoint(checkpoint)
+    seed = checkpoint.get('meta', {}).get('seed')
+    if seed is not None:
+        cfg.randomness = dict(randomness, seed=seed)
+
+
+@dataclass
+class Resume:
+    """Where a training run starts: a checkpoint (its path and contents, read once) or the beginning."""
+
+    asked: Optional[str]  # --resume: 'auto', a path, or None
+    restart: Restart
+    path: Optional[str] = None
+    checkpoint: Optional[dict] = None  # held until the Runner has it
+
+    @classmethod
+    def choose(cls, work_dir: str, asked: Optional[str]) -> 'Resume':
+        """Decide what to resume from, and read it. A restarted group continues from the newest
+        checkpoint of the work dir, or else from the one ``--resume`` names; ``--resume`` alone
+        takes the newest (none yet: the beginning). Raises CheckpointError or FileNotFoundError."""
+        restarted = restart()
+        if restarted.count:  # as if --resume were given: the newest checkpoint first
+            asked = asked or 'auto'
+        resume = cls(asked, restarted)
+        found = None
+        if restarted.count or asked == 'auto':
+            found = read_resumable_checkpoint(work_dir)
+        if found is None and asked not in (None, 'auto'):
+            found = asked, read_checkpoint(asked)
+        if found:
+            resume.path, resume.checkpoint = found
+        return resume
+
+    def configure(self, cfg: Config) -> None:
+        """Point the config at the checkpoint (``resume``, ``load_from``), under its seed if the config has none."""
+        if self.path:
+            cfg.resume, cfg.load_from = True, self.path
+            seed_from_checkpoint(cfg, self.checkpoint)
+
+    def hand_to(self, runner) -> None:
+        """Refuse a checkpoint of another model, then give the read one to the Runner for its resume
+        (a Runner other than ToolkitRunner reads the file again)."""
+        if not self.path:
+            return
+        check_matches_model(runner.model, self.path, self.checkpoint)
+        if hasattr(runner, 'hand_checkpoint'):
+            runner.hand_checkpoint(self.path, self.checkpoint)
+        self.checkpoint = None  # the Runner's now: dropped once it has loaded it
+
+    def describe(self, work_dir: str) -> List[str]:
+        """The log lines that say where the run continues from."""
+        lines = []
+        if self.restart.count:
+            how = 'torchrun --max-restarts' if self.restart.by == 'elastic restart' else 'SLURM_RESTART_COUNT'
+            lines.append(f'{self.restart.by} {self.restart.count} of the group ({how}): resuming '
+                         f'from {self.path or "the beginning (no complete checkpoint yet)"}')
+        if self.asked and not self.path:
+            lines.append(f'--resume: no checkpoint in {work_dir} yet, starting from the beginning')
+        return lines

@@ -4,9 +4,6 @@ from collections import defaultdict
 from helpers import ROOT
 
 PACKAGES = ('xcit_dense', 'xcit_launch')
-# TEMPORARY, emptied when issue 26's parts are merged: engine/hooks/batch_plan.py and
-# benchmark/runner.py are renamed on other branches of that issue
-ALLOWED_WHILE_MERGING = {'batch_plan.py', 'runner.py'}
 
 
 def test_no_two_modules_share_a_name():
@@ -16,5 +13,5 @@ def test_no_two_modules_share_a_name():
             if path.name != '__init__.py':
                 paths[path.name].append(path.relative_to(ROOT).as_posix())
     assert paths, f'no modules found under {PACKAGES}'
-    shared = {name: where for name, where in paths.items() if len(where) > 1 and name not in ALLOWED_WHILE_MERGING}
+    shared = {name: where for name, where in paths.items() if len(where) > 1}
     assert not shared, f'modules sharing a name (rename one by what it holds): {shared}'

@@ -14,8 +14,10 @@ from typing import Dict, Iterator
 import pytest
 import torch
 
-import xcit_dense  # noqa: F401  (registers XCiT)
-from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config
+sys.path.insert(0, str(Path(__file__).resolve().parent / 'support'))  # helpers and the tests' scripts
+
+import xcit_dense  # noqa: E402,F401  (registers XCiT)
+from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config  # noqa: E402
 
 torch.set_num_threads(2)
 

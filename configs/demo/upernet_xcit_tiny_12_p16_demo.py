@@ -59,5 +59,5 @@ optim_wrapper = dict(optimizer=dict(lr=8e-4), clip_grad=dict(max_norm=10.0))
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=max_iters))
 log_processor = dict(window_size=10)
 
-# seeded, so that a run reproduces (the README figures, tests/test_demo.py)
+# seeded, so that a run reproduces (the README figures, tests/integration/test_demo.py)
 randomness = dict(seed=0)

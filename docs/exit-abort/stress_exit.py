@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 def demo_config(tmp: Path) -> Path:
-    """The demo Mask R-CNN shrunk as in tests/test_demo.py: 4 images of 64x64, one epoch."""
+    """The demo Mask R-CNN shrunk as in tests/integration/test_demo.py: 4 images of 64x64, one epoch."""
     from xcit_dense.datasets.synthetic import write_coco_set
     data = tmp / 'coco'
     for split, count in (('train', 4), ('val', 2)):

@@ -98,7 +98,7 @@ def load_backbone_weights(model: nn.Module, checkpoint: str, allowed_missing: Se
 # --- the authors' released detectors and segmentors (mmcv-full 1.3, mmdet 2.11, mmseg 0.11) ------------
 # Their backbone names the positional encoding ``pos_embeder``; every other key (the backbone's
 # blocks and fpn1-fpn4, the FPN necks, RPN / RoI / mask heads, FPN / UPer / FCN heads) has the same
-# name and shape in mmdet 3.3 and mmseg 1.2 (tests/test_released_checkpoints.py checks each).
+# name and shape in mmdet 3.3 and mmseg 1.2 (tests/integration/test_released_checkpoints.py checks each).
 RELEASED_RENAMES = (('backbone.pos_embeder.', 'backbone.pos_embed.'),)
 # what only a training run of theirs needs: apex's loss scaler and the optimizer, never applied here
 RELEASED_TRAINING_ONLY = ('optimizer', 'amp')

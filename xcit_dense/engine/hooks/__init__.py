@@ -10,7 +10,7 @@ from .rng_state import RNGStateHook
 from .throughput import ThroughputHook
 
 # the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them (for
-# configs that do not inherit it: run_config.declare_hooks; tests/test_hooks_config.py keeps them equal)
+# configs that do not inherit it: run_config.declare_hooks; tests/unit/test_hooks_config.py keeps them equal)
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook')

@@ -1,6 +1,6 @@
 """tools/check_dataset.py: the right counts on the demo sets; a missing image folder, a missing
 annotation file, a corrupt JSON and classes that differ from the file's categories are named; every
-kind of bad data (tests/bad_data.py, a truncated label map) is counted."""
+kind of bad data (tests/support/bad_data.py, a truncated label map) is counted."""
 import json
 import runpy
 import shutil
@@ -100,7 +100,7 @@ def test_classes_that_differ_from_the_annotation_file(coco, capsys):
 
 
 def test_every_kind_of_bad_data_is_named_and_counted(tmp_path, capsys):
-    """The set of tests/bad_data.py: each kind with its count, a non-zero exit, no traceback (before,
+    """The set of tests/support/bad_data.py: each kind with its count, a non-zero exit, no traceback (before,
     the string box crashed it with a TypeError and the rest passed as 'the data is complete')."""
     root = tmp_path / 'coco'
     write_bad_coco(root)

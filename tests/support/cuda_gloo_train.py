@@ -5,7 +5,7 @@ associated with device type cpu"), so a CPU run of the toolkit meets the GPU pat
 rules. The gradients' DDP goes over the toolkit's gloo control group (DDP is not a control
 collective; on a GPU it runs on NCCL). At exit the script prints how often each collective of
 torch.distributed was called (``collective counts: {...}``).
-Usage: python tests/cuda_gloo_train.py TRAIN_ARGS... (a launched run: RANK, WORLD_SIZE, ... set).
+Usage: python tests/support/cuda_gloo_train.py TRAIN_ARGS... (a launched run: RANK, WORLD_SIZE, ... set).
 """
 import atexit
 import collections
@@ -54,6 +54,6 @@ if __name__ == '__main__':
     _cuda_only_backend()
     _register_side_group_ddp()
     atexit.register(lambda: print(f'collective counts: {dict(sorted(CALLS.items()))}', file=sys.stderr))
-    train = Path(__file__).resolve().parents[1] / 'tools/train.py'
+    train = Path(__file__).resolve().parents[2] / 'tools/train.py'
     sys.argv = [str(train), *sys.argv[1:]]
     runpy.run_path(str(train), run_name='__main__')

@@ -1,4 +1,4 @@
-"""The authors' released COCO / ADE20K checkpoints (tests/released.py rebuilds them at tiny widths)
+"""The authors' released COCO / ADE20K checkpoints (tests/support/released.py rebuilds them at tiny widths)
 evaluate, fine-tune, infer and convert as released, strictly and safely."""
 import pickle
 import runpy

@@ -1,5 +1,5 @@
 """Data faults, provoked for real: missing and corrupt images, broken annotation files, empty
-images, degenerate boxes and polygons, out-of-range labels, every kind of tests/bad_data.py,
+images, degenerate boxes and polygons, out-of-range labels, every kind of tests/support/bad_data.py,
 decoding bombs under a memory cap, and a SIGTERM inside the bad-sample retry loop."""
 import json
 import logging
@@ -17,7 +17,7 @@ from mmengine.registry import DefaultScope
 from PIL import Image
 
 from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
-from helpers import ROOT, TESTS, read_log, run, tiny_seg_config, train_cmd
+from helpers import ROOT, SUPPORT, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
 from xcit_dense.datasets.problems import summary
 
@@ -240,7 +240,7 @@ def test_sigterm_in_the_bad_sample_retry_loop_stops_at_once_with_the_last_checkp
 
 
 def test_every_kind_of_bad_data_is_skipped_in_training_and_stops_validation(tmp_path):
-    """The set of tests/bad_data.py: one iteration over all its images (each bad one skipped, counted by
+    """The set of tests/support/bad_data.py: one iteration over all its images (each bad one skipped, counted by
     kind), then a validation that stops at the first bad image, naming it, without a traceback."""
     root = tmp_path / 'coco'
     write_bad_coco(root)
@@ -267,7 +267,7 @@ def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path)
     fail at once on the cap instead)."""
     root = tmp_path / 'coco'
     write_bomb_coco(root)
-    proc = run([sys.executable, str(TESTS / 'capped_load.py'), str(root)], timeout=300)
+    proc = run([sys.executable, str(SUPPORT / 'capped_load.py'), str(root)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.splitlines()[-1])
     # CheckedCocoDataset drops the bomb when it reads the file; behind a plain CocoDataset, the sample

@@ -1,5 +1,5 @@
 """tools/slurm_train.sh and slurm_test.sh on a multi-node Slurm cluster: slurmctld and a slurmd per
-node, each in a network namespace of its own with its own address (tests/slurm_netns.py); and a
+node, each in a network namespace of its own with its own address (tests/support/slurm_netns.py); and a
 requeued job that loses a node mid-run and finishes on the nodes left."""
 import contextlib
 import re

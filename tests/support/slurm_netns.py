@@ -1,4 +1,4 @@
-"""A private multi-node Slurm cluster on test hosts made of network namespaces (tests/netns.py).
+"""A private multi-node Slurm cluster on test hosts made of network namespaces (tests/support/netns.py).
 
 Host node0 runs slurmctld (under this machine's host name, which Slurm requires of a controller,
 at node0's address) and is the login node (srun, sbatch, scontrol run there); node1, node2,

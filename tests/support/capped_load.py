@@ -1,8 +1,8 @@
-"""Load the decoding bombs of tests/bad_data.py (write_bomb_coco) through the real mmdet datasets and pipeline, in this
+"""Load the decoding bombs of tests/support/bad_data.py (write_bomb_coco) through the real mmdet datasets and pipeline, in this
 process with its address space capped at its size after the imports + 1 GiB; prints one JSON line:
 per dataset class, what each image became ('loaded' or the kind it was refused as).
 
-Run by tests/test_faults_data.py as ``python capped_load.py COCO_ROOT``."""
+Run by tests/integration/test_faults_data.py as ``python capped_load.py COCO_ROOT``."""
 import json
 import resource
 import sys

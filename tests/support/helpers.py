@@ -15,8 +15,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / 'tests'
+SUPPORT = TESTS / 'support'  # this module and the scripts the tests run
 CAPABILITY_MISSING = 'capability missing:'
 
 
@@ -148,8 +149,9 @@ def hide_payload(checkpoint: Path, marker: Path, out: Path) -> Path:
 # --- processes ----------------------------------------------------------------------------------
 
 def launch_env(**extra: object) -> Dict[str, str]:
-    """The environment of launched runs: tests/ importable (launch_hooks), PYTHON and extra set."""
-    env = dict(os.environ, PYTHONPATH=f'{TESTS}{os.pathsep}' + os.environ.get('PYTHONPATH', ''),
+    """The environment of launched runs: tests/support importable (launch_hooks, helpers) and tests/
+    (conftest as a plugin), PYTHON and extra set."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SUPPORT), str(TESTS), os.environ.get('PYTHONPATH', '')]),
                PYTHON=sys.executable)
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -247,7 +249,7 @@ MACHINE_HAS: Dict[str, Callable[[], bool]] = {
     'slurm': lambda: os.geteuid() == 0 and shutil.which('apt-get') is not None,
     'tmpfs': lambda: _has_cap(21),  # CAP_SYS_ADMIN: mount
     'chattr': _can_chattr,
-    'netns': lambda: os.geteuid() == 0,  # network namespaces for test hosts (tests/netns.py)
+    'netns': lambda: os.geteuid() == 0,  # network namespaces for test hosts (tests/support/netns.py)
 }
 
 
@@ -280,7 +282,7 @@ def repo_state(root: Path = ROOT) -> Optional[Set[str]]:
             if not any(n in line for n in NOISE)}
 
 
-# multi-node runs (tests/test_scale_out.py, tests/test_slurm_multinode.py)
+# multi-node runs (tests/cluster/test_scale_out.py, tests/cluster/test_slurm_multinode.py)
 SGD = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05, momentum=0.9, weight_decay=0.0))
 
 

@@ -74,7 +74,7 @@ def test_training_under_a_cuda_only_backend_makes_one_collective_per_step(tmp_pa
                                                 visualization=dict(draw=False)))
     env = launch_env(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, MASTER_ADDR='127.0.0.1',
                      MASTER_PORT=free_port())
-    result = run([sys.executable, str(ROOT / 'tests/cuda_gloo_train.py'), str(config), '--work-dir',
+    result = run([sys.executable, str(ROOT / 'tests/support/cuda_gloo_train.py'), str(config), '--work-dir',
                   str(tmp_path / 'work'), '--launcher', 'pytorch', '--accumulation', '2',
                   '--cfg-options', 'model_wrapper_cfg.type=ControlGroupDDP'], env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

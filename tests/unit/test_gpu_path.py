@@ -14,7 +14,7 @@ from mmengine.optim import build_optim_wrapper
 from helpers import ROOT, free_port, launch_env, read_log, run, tiny_seg_config
 from xcit_dense.builder import build_model
 from xcit_dense.engine import collectives, dist as xdist, run_config
-from xcit_dense.engine import optim_wrappers, step_agreement
+from xcit_dense.engine import step_agreement
 from xcit_dense.engine.hooks import rng_state
 
 COLLECTIVES = {'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor', 'broadcast',

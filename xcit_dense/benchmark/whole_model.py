@@ -2,59 +2,108 @@
 backward, AdamW step) and inference, at a (height, width) size, time per part and peak tensor memory.
 
 The models' steps alternate (the order rotates every round) so that a busy machine slows both alike;
-ratios are of the medians. Parts are timed by wrapping the models' own methods (backbone, neck,
-RPN, RoI heads; decode and auxiliary heads), so a part's time includes its losses where the method
-computes them (mmdet's ``rpn_head.loss_and_predict``, ``roi_head.loss``); backward and the
-optimizer step are timed whole.
+ratios are of the medians. Forward parts are timed by wrapping the models' own methods (backbone,
+neck, RPN, RoI heads; decode and auxiliary heads) and their loss methods (``loss``: targets and
+losses), each part's own time (a part run inside another is not counted in the outer one).
+Backward is timed whole, and split per part from one profiled step: each autograd node's time goes
+to the part whose forward built it (the profiler's sequence numbers tie the two), not to the part
+where the gradient happens to arrive.
 """
 import statistics
 import time
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.autograd.profiler import record_function
 
 from ..tasks import task_of_model
 from .catalogue import MODELS
 from .measure import random_samples, tensor_peak_bytes
 
-# the methods timed as parts: (attribute path, method), by model kind and mode
+# the methods timed as parts: (attribute path, method, part), by model kind and mode
 PARTS = {
-    ('detector', 'train'): (('backbone', 'forward'), ('neck', 'forward'), ('rpn_head', 'loss_and_predict'),
-                            ('roi_head', 'loss')),
-    ('detector', 'infer'): (('backbone', 'forward'), ('neck', 'forward'), ('rpn_head', 'predict'),
-                            ('roi_head', 'predict')),
-    ('segmentor', 'train'): (('backbone', 'forward'), ('decode_head', 'loss'), ('auxiliary_head', 'loss')),
-    ('segmentor', 'infer'): (('backbone', 'forward'), ('decode_head', 'predict')),
+    ('detector', 'train'): (('backbone', 'forward', 'backbone'), ('neck', 'forward', 'neck'),
+                            ('rpn_head', 'loss_and_predict', 'rpn_head'), ('rpn_head', 'loss_by_feat', 'loss'),
+                            ('roi_head', 'loss', 'roi_head'), ('roi_head.bbox_head', 'loss_and_target', 'loss'),
+                            ('roi_head.mask_head', 'loss_and_target', 'loss')),
+    ('detector', 'infer'): (('backbone', 'forward', 'backbone'), ('neck', 'forward', 'neck'),
+                            ('rpn_head', 'predict', 'rpn_head'), ('roi_head', 'predict', 'roi_head')),
+    ('segmentor', 'train'): (('backbone', 'forward', 'backbone'), ('decode_head', 'loss', 'decode_head'),
+                             ('decode_head', 'loss_by_feat', 'loss'), ('auxiliary_head', 'loss', 'auxiliary_head'),
+                             ('auxiliary_head', 'loss_by_feat', 'loss')),
+    ('segmentor', 'infer'): (('backbone', 'forward', 'backbone'), ('decode_head', 'predict', 'decode_head')),
 }
+PROFILE_TAG = 'part:'  # the profiler ranges of the parts
+BACKWARD_EVENT = 'autograd::engine::evaluate_function: '
 
 
 class PartTimer:
-    """Seconds spent in named methods of a model during the current step."""
+    """Seconds of each named part during the current step, its own: time in a nested part is the inner one's."""
 
     def __init__(self) -> None:
         self.seconds: Dict[str, float] = {}
+        self._stack: List[str] = []
+        self._since = 0.0
+
+    def _charge(self) -> None:
+        now = time.perf_counter()
+        if self._stack:
+            self.seconds[self._stack[-1]] = self.seconds.get(self._stack[-1], 0.0) + now - self._since
+        self._since = now
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Time a block under ``name`` (a profiler range too, which ties autograd nodes to it)."""
+        self._charge()
+        self._stack.append(name)
+        try:
+            with record_function(PROFILE_TAG + name):
+                yield
+        finally:
+            self._charge()
+            self._stack.pop()
 
     def wrap(self, owner: nn.Module, method: str, name: str) -> Callable[[], None]:
         """Time ``owner.method`` under ``name``; returns the function that restores the method."""
         original = getattr(owner, method)
 
         def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
+            with self.part(name):
                 return original(*args, **kwargs)
-            finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
         setattr(owner, method, timed)
         return lambda: delattr(owner, method)
 
-    @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        """Time a block under ``name``."""
-        start = time.perf_counter()
-        yield
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+def _part_of(event) -> str:
+    """The innermost part range around a profiler event, '' outside every part."""
+    while event is not None:
+        if event.name.startswith(PROFILE_TAG):
+            return event.name[len(PROFILE_TAG):]
+        event = event.cpu_parent
+    return ''
+
+
+def backward_seconds(events: Iterable) -> Dict[str, float]:
+    """Seconds of the backward pass per part whose forward built each autograd node (``other``: the rest).
+
+    ``events`` are a profiled step's (``prof.events()``): a forward operator and the backward node
+    it recorded share a sequence number.
+    """
+    events = list(events)
+    built_in: Dict[int, str] = {}
+    for e in events:
+        if e.sequence_nr >= 0 and not e.name.startswith(BACKWARD_EVENT):
+            part = _part_of(e)
+            if part not in ('', 'backward', 'optimizer'):
+                built_in.setdefault(e.sequence_nr, part)
+    seconds: Dict[str, float] = {}
+    for e in events:
+        if e.name.startswith(BACKWARD_EVENT):
+            part = built_in.get(e.sequence_nr, 'other')
+            seconds[part] = seconds.get(part, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
+    return seconds
 
 
 class WholeModel:
@@ -78,14 +127,16 @@ class WholeModel:
 
     def _parts(self, mode: str) -> List[Callable[[], None]]:
         restores = []
-        for attr, method in PARTS[(self.kind, mode)]:
-            owner = getattr(self.model, attr, None)
-            if owner is not None:
-                restores.append(self.timer.wrap(owner, method, attr))
+        for path, method, name in PARTS[(self.kind, mode)]:
+            owner = self.model
+            for attr in path.split('.'):
+                owner = getattr(owner, attr, None)
+            if owner is not None and hasattr(owner, method):
+                restores.append(self.timer.wrap(owner, method, name))
         return restores
 
     def step(self, mode: str) -> Dict[str, float]:
-        """One training step or inference; seconds in all (``total``) and per part."""
+        """One training step or inference; seconds in all (``total``), per part and outside them (``other``)."""
         self.timer.seconds = {}
         restores = self._parts(mode)
         start = time.perf_counter()
@@ -104,9 +155,17 @@ class WholeModel:
                 with self.timer.part('optimizer'):
                     self.optimizer.step()
         finally:
-            for restore in restores:
+            for restore in reversed(restores):
                 restore()
-        return dict(self.timer.seconds, total=time.perf_counter() - start)
+        total = time.perf_counter() - start
+        return dict(self.timer.seconds, other=total - sum(self.timer.seconds.values()), total=total)
+
+    def backward_parts(self) -> Dict[str, float]:
+        """One profiled training step's backward seconds per part that built the nodes (the profiler slows it)."""
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            self.step('train')
+        return backward_seconds(prof.events())
 
     def peak_tensor_bytes(self, mode: str) -> int:
         """Peak tensor bytes one step allocates above what is live before it (weights, AdamW state)."""

@@ -55,6 +55,25 @@ def backward_split(model: WholeModel, backward_s: float) -> Dict[str, float]:
     return dict({part: s * scale for part, s in sorted(shares.items(), key=lambda kv: -kv[1])}, backward=backward_s)
 
 
+def roi_check(names: List[str], size, batch: int, rounds: int, instances: int) -> List[str]:
+    """The training forward (no backward) with the RPN's own proposals and with fixed ones: the RoI
+    heads' time follows the positive RoIs, which with random weights the backbone decides."""
+    models = [WholeModel(n, size, batch, instances) for n in names]
+    lines = [f'**RoI heads: the RPN\'s proposals against fixed ones** (training forward, no backward, batch {batch}, '
+             f'{size[0]}x{size[1]}; medians of {rounds})', '',
+             '| model | proposals | positive RoIs | roi_head | loss | forward in all |', '|---|---|---|---|---|---|']
+    for fixed in (False, True):
+        for m in models:
+            m.fixed_proposals = fixed
+        results = side_by_side(models, 'loss', rounds)
+        source = 'fixed' if fixed else "the RPN's"
+        for m in models:
+            r = results[m.name]
+            lines.append(f'| {m.name} | {source} | {m.positive_rois} | '
+                         f'{r["roi_head"]:.2f} s | {r["loss"]:.2f} s | {r["total"]:.2f} s |')
+    return lines + ['']
+
+
 def measure(names: List[str], size, batches: List[int], rounds: int, instances: int) -> List[str]:
     """Build ``names`` and measure them side by side; the report's lines."""
     models = [WholeModel(n, size, batches[0], instances) for n in names]
@@ -89,6 +108,8 @@ def main() -> None:
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--instances', type=int, default=7, help="per image (COCO's mean is 7.3)")
     parser.add_argument('--extra', nargs='*', default=[], help='models measured at batch 1 beside the stock one')
+    parser.add_argument('--roi-check', action='store_true',
+                        help="only the RoI heads' training forward with the RPN's proposals and with fixed ones")
     parser.add_argument('--out', help='write the Markdown report here too')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -102,13 +123,17 @@ def main() -> None:
              'rounds, the models alternated in one process; parts are forward times of the models\' own methods '
              '(each its own time: `loss` is the RPN, box and mask heads\' targets and losses, `other` the rest of '
              'the step), backward and optimizer step timed whole, backward split per part below.', '']
-    lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances)
+    if args.roi_check:
+        lines += roi_check(list(names), size, args.batch, args.rounds, args.instances)
+    else:
+        lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances)
     for extra in args.extra:
         lines += [f'## {extra} at batch 1 beside {names[-1]}', '']
         lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances)
     lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
               f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} --instances {args.instances}'
-              + (f' --extra {" ".join(args.extra)}' if args.extra else '') + '`; '
+              + (f' --extra {" ".join(args.extra)}' if args.extra else '') + (' --roi-check' if args.roi_check else '')
+              + '`; '
               f'{time.time() - start:.0f} s in all, load average {load:.1f} at the start, '
               f'{os.getloadavg()[0]:.1f} at the end.', '']
     text = '\n'.join(lines)

@@ -12,7 +12,7 @@ where the gradient happens to arrive.
 import statistics
 import time
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -76,48 +76,47 @@ class PartTimer:
         return lambda: delattr(owner, method)
 
 
-def _part_of(event) -> str:
-    """The innermost part range around a profiler event, '' outside every part."""
-    while event is not None:
-        if event.name.startswith(PROFILE_TAG):
-            return event.name[len(PROFILE_TAG):]
-        event = event.cpu_parent
-    return ''
-
-
 def backward_seconds(events: Iterable) -> Dict[str, float]:
     """Seconds of the backward pass per part whose forward built each autograd node (``other``: the rest).
 
-    ``events`` are a profiled step's (``prof.events()``): a forward operator and the backward node
-    it recorded share a sequence number.
+    ``events`` are a profiled step's raw events (``prof.profiler.kineto_results.events()``): a
+    forward operator and the backward node it recorded share a sequence number, and the operator
+    lies in its part's range (the innermost one, of the ranges ``PartTimer.part`` records).
     """
     events = list(events)
+    ranges = sorted(((e.start_ns(), e.end_ns(), e.name()[len(PROFILE_TAG):]) for e in events
+                     if e.name().startswith(PROFILE_TAG)), key=lambda r: r[0] - r[1])  # the widest first
     built_in: Dict[int, str] = {}
     for e in events:
-        if e.sequence_nr >= 0 and not e.name.startswith(BACKWARD_EVENT):
-            part = _part_of(e)
-            if part not in ('', 'backward', 'optimizer'):
-                built_in.setdefault(e.sequence_nr, part)
+        if e.sequence_nr() >= 0 and not e.name().startswith((BACKWARD_EVENT, PROFILE_TAG)):
+            parts = [name for begin, end, name in ranges if begin <= e.start_ns() <= end]
+            if parts and parts[-1] not in ('backward', 'optimizer'):
+                built_in.setdefault(e.sequence_nr(), parts[-1])
     seconds: Dict[str, float] = {}
     for e in events:
-        if e.name.startswith(BACKWARD_EVENT):
-            part = built_in.get(e.sequence_nr, 'other')
-            seconds[part] = seconds.get(part, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
+        if e.name().startswith(BACKWARD_EVENT):
+            part = built_in.get(e.sequence_nr(), 'other')
+            seconds[part] = seconds.get(part, 0.0) + e.duration_ns() / 1e9
     return seconds
 
 
 class WholeModel:
     """One catalogue model (random weights) with its random batch, AdamW and step functions."""
 
-    def __init__(self, name: str, size: Tuple[int, int], batch: int, instances: int = 7) -> None:
+    def __init__(self, name: str, size: Tuple[int, int], batch: int, instances: int = 7,
+                 options: Optional[dict] = None, fixed_proposals: bool = False) -> None:
+        """``options``: config overrides on top of the catalogue's (e.g. a smaller model);
+        ``fixed_proposals``: the RoI heads get proposals that do not depend on the model, not the RPN's
+        (detectors: with random weights the RPN's decide how many RoIs are positive, see ``_fixed``)."""
         from xcit_dense.builder import build_model
         torch.manual_seed(0)
         self.name, self.kind = name, MODELS[name]['kind']
-        self.model = build_model(MODELS[name]['config'], {'model.backbone.init_cfg': None})
+        self.model = build_model(MODELS[name]['config'], {'model.backbone.init_cfg': None, **(options or {})})
         self.params = sum(p.numel() for p in self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.05)
         self.timer = PartTimer()
-        self.size, self.instances = size, instances
+        self.size, self.instances, self.fixed_proposals = size, instances, fixed_proposals
+        self.positive_rois = 0  # RoIs the box head sampled as positives in the last training forward
         self.rebatch(batch)
 
     def rebatch(self, batch: int) -> None:
@@ -127,16 +126,56 @@ class WholeModel:
 
     def _parts(self, mode: str) -> List[Callable[[], None]]:
         restores = []
-        for path, method, name in PARTS[(self.kind, mode)]:
+        for path, method, name in PARTS[(self.kind, 'train' if mode == 'loss' else mode)]:
             owner = self.model
             for attr in path.split('.'):
                 owner = getattr(owner, attr, None)
             if owner is not None and hasattr(owner, method):
                 restores.append(self.timer.wrap(owner, method, name))
+        if self.kind == 'detector' and mode != 'infer':
+            restores.append(self._count_positives(self.model.roi_head.bbox_sampler))
+            if self.fixed_proposals:
+                restores.append(self._replace_proposals(self.model.rpn_head))
         return restores
 
+    def _count_positives(self, sampler) -> Callable[[], None]:
+        original = sampler.sample
+        self.positive_rois = 0
+
+        def counted(*args, **kwargs):
+            result = original(*args, **kwargs)
+            self.positive_rois += len(result.pos_inds)
+            return result
+        sampler.sample = counted
+        return lambda: delattr(sampler, 'sample')
+
+    def _replace_proposals(self, rpn_head) -> Callable[[], None]:
+        original = rpn_head.loss_and_predict
+
+        def replaced(*args, **kwargs):
+            losses, proposals = original(*args, **kwargs)
+            return losses, [self._fixed(p, k) for k, p in enumerate(proposals)]
+        rpn_head.loss_and_predict = replaced
+        return lambda: setattr(rpn_head, 'loss_and_predict', original)  # the part timer's wrap, removed after
+
+    def _fixed(self, proposals, index: int):
+        """Proposals of image ``index`` that do not depend on the model: as many as the RPN keeps at
+        most, a quarter of them jittered ground-truth boxes, the rest random boxes (seeded)."""
+        gen = torch.Generator().manual_seed(index)
+        num, (height, width) = self.model.train_cfg.rpn_proposal.max_per_img, self.size
+        gt = self.samples[index].gt_instances.bboxes
+        near = gt[torch.randint(len(gt), (num // 4,), generator=gen)]
+        scale = (near[:, 2:] - near[:, :2]).repeat(1, 2)
+        near = near + 0.1 * scale * torch.randn(near.shape, generator=gen)
+        xy = torch.rand(num - len(near), 2, generator=gen) * torch.tensor([width, height]) * 0.8
+        wh = torch.tensor([width, height]) * (0.02 + 0.3 * torch.rand(num - len(near), 2, generator=gen))
+        boxes = torch.cat([near, torch.cat([xy, xy + wh], 1)]).to(proposals.bboxes)
+        return proposals.new(bboxes=boxes, scores=torch.ones(num).to(proposals.scores),
+                             labels=torch.zeros(num, dtype=torch.long, device=boxes.device))
+
     def step(self, mode: str) -> Dict[str, float]:
-        """One training step or inference; seconds in all (``total``), per part and outside them (``other``)."""
+        """One training step (``train``), its forward and losses alone (``loss``, no gradients) or
+        inference; seconds in all (``total``), per part and outside them (``other``)."""
         self.timer.seconds = {}
         restores = self._parts(mode)
         start = time.perf_counter()
@@ -145,6 +184,10 @@ class WholeModel:
                 self.model.eval()
                 with torch.no_grad():
                     self.model.predict(self.inputs, self.samples)
+            elif mode == 'loss':
+                self.model.train()
+                with torch.no_grad():
+                    self.model.loss(self.inputs, self.samples)
             else:
                 self.model.train()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -165,7 +208,7 @@ class WholeModel:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             self.step('train')
-        return backward_seconds(prof.events())
+        return backward_seconds(prof.profiler.kineto_results.events())
 
     def peak_tensor_bytes(self, mode: str) -> int:
         """Peak tensor bytes one step allocates above what is live before it (weights, AdamW state)."""

@@ -3,6 +3,7 @@ backward times, and peak tensor memory, come out with the parts and the sizes th
 import time
 
 import pytest
+import torch
 
 from xcit_dense.benchmark.whole_model import PartTimer, WholeModel, side_by_side
 
@@ -55,3 +56,16 @@ def test_peak_tensor_memory_of_a_step(detector):
     train = detector.peak_tensor_bytes('train')
     assert 1e6 < train < 2e9
     assert detector.state_bytes() == 16 * detector.params
+
+
+def test_fixed_proposals_make_the_positive_rois_independent_of_the_weights(detector):
+    counts = []
+    detector.fixed_proposals = True
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        for p in detector.model.rpn_head.parameters():
+            torch.nn.init.normal_(p, std=0.5)
+        detector.step('loss')
+        counts.append(detector.positive_rois)
+    detector.fixed_proposals = False
+    assert counts == [16, 16]  # the sampler's cap: a quarter of its 64 RoIs

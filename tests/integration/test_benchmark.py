@@ -1,6 +1,6 @@
 """tools/benchmark.py in a tiny smoke form: its outputs are produced and well formed (no timings checked)."""
 import csv
-import importlib.util
+import json
 import math
 import sys
 
@@ -8,20 +8,15 @@ import pytest
 import torch
 
 from helpers import ROOT, randomize_, run
+from xcit_dense.benchmark.cli import parse_args
+from xcit_dense.benchmark.measure import build
 from xcit_dense.benchmark.report import CSV_COLUMNS, growth, markdown
 from xcit_dense.acceptance.targets import TARGETS, compute_ratios, met
 from xcit_dense.benchmark.runs import job_spec, run_jobs
+from xcit_dense.benchmark.sizes import Size, label, parse_size
 from xcit_dense.models.xcit import XCiT
 
 NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb')
-
-
-@pytest.fixture(scope='module')
-def bench():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', ROOT / 'tools/benchmark.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_smoke_run_writes_table_csv_and_plot(tmp_path):
@@ -57,8 +52,8 @@ def test_smoke_run_writes_table_csv_and_plot(tmp_path):
         image.verify()
 
 
-def test_a_run_over_the_memory_limit_is_killed_and_marked_skipped(bench):
-    args = bench.parse_args(['--backbones', 'xcit_t12_p16', '--resolutions', '64', '--device', 'cpu',
+def test_a_run_over_the_memory_limit_is_killed_and_marked_skipped():
+    args = parse_args(['--backbones', 'xcit_t12_p16', '--resolutions', '64', '--device', 'cpu',
                              '--max-mem-gb', '0.02', '--mode', 'infer'])
     jobs = [job_spec(args, 'xcit_t12_p16', r, 'infer') for r in (64, 96)]
     rows = run_jobs(args, jobs, log=lambda _: None)
@@ -80,8 +75,8 @@ def test_timm_reference_shares_the_weights_and_pyramid():
             torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
 
 
-def test_ratios_summary_states_each_target(bench):
-    args = bench.parse_args(['--backbones', 'xcit_s12_p16', 'vit_s16'])
+def test_ratios_summary_states_each_target():
+    args = parse_args(['--backbones', 'xcit_s12_p16', 'vit_s16'])
 
     def row(model, res, mode, mem, tensors, with_cp=False):
         return dict(model=model, resolution=res, mode=mode, with_cp=with_cp, status='ok', time_ms=1.0,
@@ -108,9 +103,9 @@ def test_ratios_summary_states_each_target(bench):
     assert 'Target ratios' in markdown(rows, ratios, 'header')
 
 
-def test_verdicts_read_the_targets_given_as_data(bench):
+def test_verdicts_read_the_targets_given_as_data():
     """The same table meets or misses a target as the targets' limits say; the texts state those limits."""
-    args = bench.parse_args(['--backbones', 'xcit_s12_p16'])
+    args = parse_args(['--backbones', 'xcit_s12_p16'])
 
     def row(res, mode, mem, with_cp=False):
         return dict(model='xcit_s12_p16', resolution=res, mode=mode, with_cp=with_cp, status='ok', time_ms=1.0,
@@ -159,3 +154,44 @@ def test_growth_between_consecutive_resolutions_beside_the_pixel_ratio():
     assert '| xcit | infer | x4.50 / x4.10 | x4.44 / x4.15 |' in text
     assert '| vit | infer | x8.00 / x9.00 |  |' in text  # no factor to or from a skipped run
     assert 'Growth between' not in markdown(rows[:1], {}, 'header')  # one resolution: no section
+
+
+def test_sizes_are_square_sides_or_width_by_height_and_order_by_pixels():
+    assert parse_size('1024') == 1024 and isinstance(parse_size('1024'), int)
+    assert parse_size('1333x800') == Size(height=800, width=1333) and str(parse_size('1333x800')) == '1333x800'
+    assert parse_size('512x512') == 512  # a square written out is the square side
+    for bad in ('0', '1333x', 'x800', '13x8x2', 'big'):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    args = parse_args(['--sizes', '1600', '1333x800', '1024', '--backbones', 'xcit_t12_p16'])
+    assert sorted(args.resolutions) == [1024, Size(800, 1333), 1600]  # 1.07 Mpx between 1.05 and 2.56
+    assert parse_args(['--resolutions', '64']).resolutions == [64]
+    with pytest.raises(SystemExit):
+        parse_args(['--sizes', '1333by800'])
+    with pytest.raises(SystemExit):
+        parse_args(['--profile-ops', '--sizes', '96x64'])
+
+
+def test_a_non_square_size_reaches_the_measured_model_and_the_table(monkeypatch):
+    args = parse_args(['--backbones', 'xcit_t12_p16', '--sizes', '96x64', '--device', 'cpu', '--mode', 'infer'])
+    spec = json.loads(json.dumps(job_spec(args, 'xcit_t12_p16', args.resolutions[0], 'infer')))  # as the child
+    shapes = []
+    original = XCiT.forward
+
+    def spy(self, x):
+        shapes.append(tuple(x.shape))
+        return original(self, x)
+    monkeypatch.setattr(XCiT, 'forward', spy)
+    _, step = build(spec['model'], spec, torch.device('cpu'))
+    step()
+    assert shapes == [(1, 3, 64, 96)]  # height 64, width 96
+
+    def row(res, time_ms, mem):
+        return dict(model='xcit', resolution=res, mode='infer', with_cp=False, status='ok', time_ms=time_ms,
+                    peak_mem_mb=mem, peak_tensor_mb=None, note='')
+    rows = [row(1024, 100, 100), row(Size(800, 1333), 110, 105), row(512, 25, 30)]
+    text = markdown(rows, {}, 'header')
+    assert '| model | 512^2 | 1024^2 | 1333x800 |' in text
+    assert '| 1024^2 -> 1333x800 (pixels x1.02) |' in text
+    assert growth(rows)[-1]['pixel_ratio'] == pytest.approx(1333 * 800 / 1024 ** 2)
+    assert label(Size(800, 1333)) == '1333x800'

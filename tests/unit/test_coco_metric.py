@@ -58,3 +58,28 @@ def test_same_numbers_as_mmdet_coco_metric(demo_val, monkeypatch):
 def test_coco_configs_evaluate_with_faster_coco_metric():
     cfg = Config.fromfile(str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py'))
     assert cfg.val_evaluator.type == cfg.test_evaluator.type == 'FasterCocoMetric'
+
+
+def test_same_numbers_as_mmdet_coco_metric_without_ann_file(demo_val, monkeypatch):
+    """Without ``ann_file`` both metrics convert the results' own ground truth (mmdet's converter)."""
+    ann_file, results = demo_val
+    dataset = json.loads(open(ann_file).read())
+    label_of = {cat['id']: k for k, cat in enumerate(sorted(dataset['categories'], key=lambda c: c['id']))}
+    anns = {image['id']: [] for image in dataset['images']}
+    for ann in dataset['annotations']:
+        x, y, w, h = ann['bbox']
+        anns[ann['image_id']].append(dict(bbox_label=label_of[ann['category_id']], bbox=[x, y, x + w, y + h],
+                                          mask=ann['segmentation'], ignore_flag=ann['iscrowd']))
+    with_gt = [(dict(gt, anns=anns[gt['img_id']]), pred) for gt, pred in results]
+    kwargs = dict(metric=['bbox', 'segm'])
+    ours, theirs = METRICS.build(dict(type='FasterCocoMetric', **kwargs)), CocoMetric(**kwargs)
+    for metric in (ours, theirs):
+        metric.dataset_meta = dict(classes=SHAPES)
+    seen = pycocotools_stats(monkeypatch)
+    ours_out = ours.compute_metrics(copy.deepcopy(with_gt))
+    theirs_out = theirs.compute_metrics(copy.deepcopy(with_gt))
+
+    assert list(ours_out) == list(theirs_out) and ours_out == pytest.approx(theirs_out, abs=1e-9)
+    for metric in ('bbox', 'segm'):
+        np.testing.assert_allclose(ours.coco_stats[metric], seen[metric][0], atol=1e-4, err_msg=metric)
+    assert 0.05 < ours.coco_stats['segm'][0] < 0.95

@@ -15,9 +15,6 @@ from helpers import ROOT
 BY_PATH = re.compile(r'spec_from_file_location|SourceFileLoader|load_source\(|run_path\(')
 RUN_AS_MAIN = re.compile(r'''run_path\([^\n]*run_name=['"]__main__['"]''')
 SCANNED = ('tools/*.py', 'xcit_dense/**/*.py', 'xcit_launch/**/*.py', 'tests/**/*.py')
-# TEMPORARY, to be emptied when issue 26's branches merge: tests/integration/test_benchmark.py loads
-# tools/benchmark.py by path until the branch that owns the benchmark tool gives it a package module.
-PENDING = {'tests/integration/test_benchmark.py'}
 # stdlib-only modules; preflight imports mmengine's Config and nothing heavier
 LIGHT = ('netif', 'torchrun', 'known_warnings', 'cuda_arch', 'mmcv_build', 'mmcv_subset', 'bounded',
          'device_check', 'gpu_bundle')
@@ -41,7 +38,7 @@ def test_no_project_file_is_loaded_by_path():
     files = sorted({p for pattern in SCANNED for p in ROOT.glob(pattern)} - {Path(__file__).resolve()})
     assert len(files) > 100  # the globs do find the project
     offenders = {str(p.relative_to(ROOT)): found for p in files if (found := loads_by_path(p.read_text()))}
-    assert not set(offenders) - PENDING, offenders
+    assert not offenders, offenders
 
 
 @pytest.mark.parametrize('name', LIGHT + ('preflight',))

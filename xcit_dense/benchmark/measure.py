@@ -23,6 +23,7 @@ from torch import nn
 
 from ..tasks import SEGMENTATION, TASKS, Task, task_of_model
 from .catalogue import MODELS, BenchTimmXCiTPyramid
+from .sizes import hw
 
 RESULT_TAG = 'BENCHMARK_RESULT '
 DTYPES = ('fp32', 'fp16', 'bf16')
@@ -82,7 +83,7 @@ def build(name: str, spec: dict, device: torch.device) -> Tuple[nn.Module, Calla
             model.init_weights()
         if channels_last and not is_xcit:
             model.to(memory_format=torch.channels_last)
-        inputs, samples = torch.randn(batch, 3, res, res), None
+        inputs, samples = torch.randn(batch, 3, *hw(res)), None
         if channels_last:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
     model.to(device)
@@ -122,7 +123,7 @@ def random_samples(task: Task, batch: int, res: Union[int, Tuple[int, int]],
     side of a square image or its (height, width); detection samples hold ``instances`` boxes and masks."""
     import numpy as np
     from mmengine.structures import InstanceData, PixelData
-    height, width = (res, res) if isinstance(res, int) else res
+    height, width = hw(res)
     gen = torch.Generator().manual_seed(0)
     inputs = torch.randn(batch, 3, height, width, generator=gen)
     shape = (height, width)

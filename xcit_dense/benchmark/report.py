@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .catalogue import model_kind
+from .sizes import label, pixels, side
 
 CSV_COLUMNS = ['model', 'kind', 'resolution', 'mode', 'status', 'time_ms', 'time_min_ms', 'time_max_ms',
                'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb', 'dtype', 'with_cp', 'channels_last', 'compile',
@@ -49,7 +50,7 @@ def growth(rows: List[dict]) -> List[dict]:
             b = done.get((model, mode, high))
             if res == low and b:
                 memory = b['peak_mem_mb'] / a['peak_mem_mb'] if a['peak_mem_mb'] > 0 else None
-                steps.append(dict(model=model, mode=mode, low=low, high=high, pixel_ratio=(high / low) ** 2,
+                steps.append(dict(model=model, mode=mode, low=low, high=high, pixel_ratio=pixels(high) / pixels(low),
                                   time=b['time_ms'] / a['time_ms'], memory=memory))
     return steps
 
@@ -61,7 +62,8 @@ def _factors(step: dict) -> str:
 def _growth_table(steps: List[dict]) -> List[str]:
     spans = list(dict.fromkeys((s['low'], s['high']) for s in steps))
     lines = ['**Growth between consecutive resolutions**: factor of time / of peak memory added', '',
-             '| model | mode | ' + ' | '.join(f'{lo}^2 -> {hi}^2 (pixels x{(hi / lo) ** 2:.2f})' for lo, hi in spans)
+             '| model | mode | ' + ' | '.join(f'{label(lo)} -> {label(hi)} (pixels x{pixels(hi) / pixels(lo):.2f})'
+                                              for lo, hi in spans)
              + ' |', '|---|---|' + '---|' * len(spans)]
     for model, mode in dict.fromkeys((s['model'], s['mode']) for s in steps):
         by_span = {(s['low'], s['high']): s for s in steps if (s['model'], s['mode']) == (model, mode)}
@@ -81,7 +83,7 @@ def markdown(rows: List[dict], ratios: dict, header: str) -> str:
             continue
         title = 'Inference' if mode == 'infer' else 'Training step (forward + backward)'
         lines += [f'**{title}**: time per image / peak memory added (peak tensor memory)', '',
-                  '| model | ' + ' | '.join(f'{r}^2' for r in resolutions) + ' |',
+                  '| model | ' + ' | '.join(label(r) for r in resolutions) + ' |',
                   '|---|' + '---|' * len(resolutions)]
         for model in dict.fromkeys(r['model'] for r in mode_rows):
             cells = [_cell(next((r for r in mode_rows if r['model'] == model and r['resolution'] == res), None))
@@ -130,12 +132,12 @@ def plot(rows: List[dict], path: Path, title: str) -> None:
         for row, (key, what, unit, scale) in enumerate(panels):
             ax = axes[row][col]
             for model in dict.fromkeys(r['model'] for r in main):
-                points = sorted((r['resolution'], r[key] / scale) for r in main if r['model'] == model
+                points = sorted((side(r['resolution']), r[key] / scale) for r in main if r['model'] == model
                                 and r['mode'] == mode and r['status'] == 'ok' and r.get(key) is not None)
                 if points:
                     ax.plot(*zip(*points), marker='o', linestyle='-' if model.startswith('xcit') else '--',
                             label=model)
-            ax.set(title=f'{name}: {what}', xlabel='resolution (pixels per side)', ylabel=unit)
+            ax.set(title=f'{name}: {what}', xlabel='resolution (side of a square of as many pixels)', ylabel=unit)
         for ax in axes[:, col]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)

@@ -1,0 +1,71 @@
+"""The whole-model benchmark's measuring code on a tiny Mask R-CNN at 64x96: per-part forward and
+backward times, and peak tensor memory, come out with the parts and the sizes they should have."""
+import time
+
+import pytest
+import torch
+
+from xcit_dense.benchmark.whole_model import PartTimer, WholeModel, side_by_side
+
+C = 32  # channels of the tiny model's neck and heads
+TINY = {'model.backbone.depth': 4, 'model.backbone.out_indices': [0, 1, 2, 3],
+        'model.neck.out_channels': C, 'model.rpn_head.in_channels': C, 'model.rpn_head.feat_channels': C,
+        'model.roi_head.bbox_roi_extractor.out_channels': C, 'model.roi_head.bbox_head.in_channels': C,
+        'model.roi_head.bbox_head.fc_out_channels': 64, 'model.roi_head.mask_roi_extractor.out_channels': C,
+        'model.roi_head.mask_head.in_channels': C, 'model.roi_head.mask_head.conv_out_channels': C,
+        'model.train_cfg.rcnn.sampler.num': 64, 'model.train_cfg.rpn_proposal.max_per_img': 100}
+
+
+@pytest.fixture(scope='module')
+def detector():
+    return WholeModel('mask_rcnn_xcit_t12_p16', (64, 96), 1, instances=2, options=TINY)
+
+
+def test_a_part_run_inside_another_counts_only_in_the_inner_one():
+    timer = PartTimer()
+    with timer.part('outer'):
+        time.sleep(0.02)
+        with timer.part('inner'):
+            time.sleep(0.05)
+    assert timer.seconds['outer'] == pytest.approx(0.02, abs=0.015)
+    assert timer.seconds['inner'] == pytest.approx(0.05, abs=0.015)
+
+
+def test_training_step_and_inference_are_timed_per_part(detector):
+    assert detector.model.backbone.depth == 4 and tuple(detector.inputs.shape) == (1, 3, 64, 96)
+    train = side_by_side([detector], 'train', rounds=1, warmup=0, log=lambda _: None)[detector.name]
+    assert set(train) == {'backbone', 'neck', 'rpn_head', 'loss', 'roi_head', 'backward', 'optimizer', 'other',
+                          'total'}
+    assert all(train[k] > 0 for k in train if k != 'other')
+    assert sum(v for k, v in train.items() if k != 'total') == pytest.approx(train['total'], rel=1e-6)
+    assert 0 <= train['other'] < 0.5 * train['total']
+    infer = detector.step('infer')
+    assert set(infer) == {'backbone', 'neck', 'rpn_head', 'roi_head', 'other', 'total'}
+
+
+def test_backward_is_split_where_the_forward_built_it(detector):
+    backward = detector.backward_parts()
+    assert {'backbone', 'neck', 'rpn_head', 'roi_head', 'loss'} <= set(backward) <= {
+        'backbone', 'neck', 'rpn_head', 'roi_head', 'loss', 'other'}
+    assert all(v >= 0 for v in backward.values())
+    assert backward['backbone'] > backward['neck']  # four XCiT blocks against the tiny FPN
+    assert backward.get('other', 0) < 0.2 * sum(backward.values())
+
+
+def test_peak_tensor_memory_of_a_step(detector):
+    train = detector.peak_tensor_bytes('train')
+    assert 1e6 < train < 2e9
+    assert detector.state_bytes() == 16 * detector.params
+
+
+def test_fixed_proposals_make_the_positive_rois_independent_of_the_weights(detector):
+    counts = []
+    detector.fixed_proposals = True
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        for p in detector.model.rpn_head.parameters():
+            torch.nn.init.normal_(p, std=0.5)
+        detector.step('loss')
+        counts.append(detector.positive_rois)
+    detector.fixed_proposals = False
+    assert counts == [16, 16]  # the sampler's cap: a quarter of its 64 RoIs

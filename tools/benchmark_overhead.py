@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 from xcit_dense.benchmark.overhead import per_iteration, read_iteration_times, relative_cost  # noqa: E402
 
 CONFIG = 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
-TOOLKIT_HOOKS = ('throughput', 'preemption', 'nonfinite_loss', 'batch_plan', 'rng_state', 'eval_progress')
 SITECUSTOMIZE = 'from xcit_dense.benchmark.overhead import install\ninstall()\n'
 
 
@@ -143,6 +142,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
                              'load avg (toolkit / mmdet)']), '']
     if 'hooks' in args.parts:
         print('toolkit hooks all on against all off (one process):')
+        from xcit_dense.engine.hooks import TOOLKIT_HOOKS  # kept equal to configs/_base_/toolkit_hooks.py
         off = [f'default_hooks.{name}=None' for name in TOOLKIT_HOOKS]
         rows, parts = [], []
         for pair in range(args.pairs):

@@ -38,7 +38,12 @@ class ToolkitRunner(Runner):
 
     def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
         """Give the Runner the contents of ``filename``, already read (engine/resume.py reads a
-        resumed checkpoint once): its load of that file uses them instead of reading it again."""
+        resumed checkpoint once): its load of that file uses them instead of reading it again.
+
+        The contents are on the CPU where MMEngine's GPU resume maps them to the rank's device; what
+        it does with them still lands there (GPU-only path, not run by the CPU tests): the weights
+        are copied into the parameters, torch's optimizer casts its state to each parameter's
+        device, and the CUDA RNG states are set from CPU tensors, as ``torch.cuda.set_rng_state`` takes them."""
         self._handed = (filename, checkpoint)
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,

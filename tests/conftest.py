@@ -1,5 +1,6 @@
 """Shared fixtures (tiny XCiT models, a segmentation set) and session guards: the repository gains
 no files, downloads go under the temp dir, and missing capabilities are listed at the end."""
+import contextlib
 import http.server
 import os
 import re
@@ -22,19 +23,39 @@ from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config  # noq
 torch.set_num_threads(2)
 
 
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """os.environ with ``values`` set, restored at exit."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture(scope='session', autouse=True)
 def torch_hub_in_temp(tmp_path_factory) -> Iterator[Path]:
     """torch.hub (the pretrained weights' cache) in the session's temp dir, for subprocesses too."""
     hub = tmp_path_factory.mktemp('torch_home')
-    old_env, old_dir = os.environ.get('TORCH_HOME'), torch.hub.get_dir()
-    os.environ['TORCH_HOME'] = str(hub)
+    old_dir = torch.hub.get_dir()
     torch.hub.set_dir(str(hub / 'hub'))
-    yield hub
+    with environ(TORCH_HOME=str(hub)):
+        yield hub
     torch.hub.set_dir(old_dir)
-    if old_env is None:
-        os.environ.pop('TORCH_HOME', None)
-    else:
-        os.environ['TORCH_HOME'] = old_env
+
+
+@pytest.fixture(scope='session', autouse=True)
+def temp_files_in_session_dir(tmp_path_factory) -> Iterator[Path]:
+    """The temp files of launched runs (torchrun's torchelastic_* folders, multiprocessing's) and
+    inductor's cache under the session's temp dir, which pytest clears, rather than left in /tmp."""
+    tmp = tmp_path_factory.mktemp('tmp')
+    with environ(TMPDIR=str(tmp), TORCHINDUCTOR_CACHE_DIR=str(tmp / 'torchinductor')):
+        yield tmp
 
 
 @pytest.fixture(scope='session', autouse=True)

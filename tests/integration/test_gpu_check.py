@@ -3,6 +3,7 @@ counted from the results, budgets that cut a step, and subprocesses that never o
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,26 @@ def test_a_step_over_its_budget_is_cut_recorded_and_the_next_runs(tmp_path):
     assert compiled['seconds'] < 3 and compiled['failed']
     assert data['steps']['ops']['failed'] == [] and gpu_check.failed_steps(data) == ['compile']
     assert json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['compile']['cut']
+
+
+def test_a_budget_cut_during_an_import_waits_for_the_import_to_end(tmp_path, monkeypatch):
+    """The alarm comes while a module is being imported: the module is still imported whole (a
+    half-run module, removed from sys.modules with its registrations kept, breaks every later
+    import of it) and the cut comes right after."""
+    (tmp_path / 'xcit_budget_probe.py').write_text(
+        'import signal, sys\n'
+        'from xcit_dense.acceptance import gpu_check\n'
+        'gpu_check._budget._expire(signal.SIGALRM, sys._getframe())  # the alarm, during this import\n'
+        'WHOLE = True\n')
+    monkeypatch.syspath_prepend(tmp_path)
+    try:
+        with pytest.raises(gpu_check.StepBudgetExceeded):
+            with gpu_check._budget(600):
+                import xcit_budget_probe  # noqa: F401
+                time.sleep(60)  # the deferred cut ends this at once
+        assert sys.modules['xcit_budget_probe'].WHOLE
+    finally:
+        sys.modules.pop('xcit_budget_probe', None)
 
 
 def _grandchild_command(pid_file: Path) -> list:

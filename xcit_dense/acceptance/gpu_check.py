@@ -449,7 +449,9 @@ class _budget:
     """Raise StepBudgetExceeded in the main thread once ``seconds`` have passed (None: no limit).
 
     A step stuck inside one long C call is interrupted when that call returns to Python; the
-    subprocesses of the steps have their own timeouts (run_bounded)."""
+    subprocesses of the steps have their own timeouts (run_bounded). A cut never lands inside an
+    import: it waits for the import to end, since a module cut half-way cannot be imported again
+    (torch's operators and mmengine's registries refuse a second registration of the same name)."""
 
     def __init__(self, seconds: Optional[float]):
         self.seconds = seconds
@@ -466,7 +468,22 @@ class _budget:
 
     @staticmethod
     def _expire(signum, frame) -> None:
+        if _importing(frame):
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_RETRY_S)
+            return
         raise StepBudgetExceeded()
+
+
+IMPORT_RETRY_S = 0.05  # how soon a cut that came during an import is tried again
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are among its callers)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith('<frozen importlib'):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _with_tmp(fn: Callable[[Path], dict]) -> dict:

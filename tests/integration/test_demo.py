@@ -163,11 +163,12 @@ def test_infer_reports_bad_inputs_and_goes_on(demo_run):
 
 @pytest.mark.timeout(1800)  # 150 UperNet iterations: 900 s ran out on a loaded 2-core machine
 def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
-    """UperNet's seeded demo config, scaled down (64 px images, 150 iterations, one process), must
-    learn the shapes well above chance, so a regression in the heads, the data generator or the LR
-    shows up here. Predicting background everywhere scores an mIoU of about 20 (background IoU ~80,
-    shapes 0); this run reached 33.5 (rectangle 20.0, ellipse 22.8) when the floor was set. Its
-    checkpoint then goes through the test, inference and plotting tools."""
+    """UperNet's seeded demo config, scaled down (64 px images, which the config's pipeline resizes
+    to its 128 px; 150 iterations, one process), must learn the shapes well above chance, so a
+    regression in the heads, the data generator or the LR shows up here. Predicting background
+    everywhere scores an mIoU of about 20 (background IoU ~80, shapes 0); this run reached 33.5
+    (rectangle 20.0, ellipse 22.8) when the floor was set. Its checkpoint then goes through the
+    test, inference and plotting tools."""
     run(sys.executable, 'tools/make_demo_data.py', '--out', tmp_path, '--only', 'ade', '--num-train', 200,
         '--num-val', 40, '--size', 64, 64)
     data = tmp_path / 'demo_ade'

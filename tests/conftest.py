@@ -1,12 +1,13 @@
 """Shared fixtures (tiny XCiT models, a segmentation set) and session guards: the repository gains
 no files, downloads go under the temp dir, and missing capabilities are listed at the end."""
-import contextlib
 import http.server
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -17,25 +18,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / 'support'))  # helpers and the tests' scripts
 
+# Importing xcit_dense (torch._dynamo) makes inductor's cache folder: this run's own, removed at its
+# end (pytest_unconfigure), instead of /tmp/torchinductor_<user>; launched runs inherit it.
+INDUCTOR_CACHE = None if 'TORCHINDUCTOR_CACHE_DIR' in os.environ else tempfile.mkdtemp(prefix='xcit-tests-inductor-')
+if INDUCTOR_CACHE:
+    os.environ['TORCHINDUCTOR_CACHE_DIR'] = INDUCTOR_CACHE
+
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
 from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config  # noqa: E402
 
 torch.set_num_threads(2)
-
-
-@contextlib.contextmanager
-def environ(**values: str) -> Iterator[None]:
-    """os.environ with ``values`` set, restored at exit."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope='session', autouse=True)
@@ -44,17 +36,19 @@ def torch_hub_in_temp(tmp_path_factory) -> Iterator[Path]:
     hub = tmp_path_factory.mktemp('torch_home')
     old_dir = torch.hub.get_dir()
     torch.hub.set_dir(str(hub / 'hub'))
-    with environ(TORCH_HOME=str(hub)):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('TORCH_HOME', str(hub))
         yield hub
     torch.hub.set_dir(old_dir)
 
 
 @pytest.fixture(scope='session', autouse=True)
 def temp_files_in_session_dir(tmp_path_factory) -> Iterator[Path]:
-    """The temp files of launched runs (torchrun's torchelastic_* folders, multiprocessing's) and
-    inductor's cache under the session's temp dir, which pytest clears, rather than left in /tmp."""
+    """The temp files of launched runs (torchrun's torchelastic_* folders, multiprocessing's) under
+    the session's temp dir, which pytest clears, rather than left in /tmp."""
     tmp = tmp_path_factory.mktemp('tmp')
-    with environ(TMPDIR=str(tmp), TORCHINDUCTOR_CACHE_DIR=str(tmp / 'torchinductor')):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('TMPDIR', str(tmp))
         yield tmp
 
 
@@ -74,6 +68,13 @@ def pytest_configure(config) -> None:
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f'signal {signum}')
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def pytest_unconfigure(config) -> None:
+    """Remove this run's inductor cache (see INDUCTOR_CACHE)."""
+    if INDUCTOR_CACHE:
+        shutil.rmtree(INDUCTOR_CACHE, ignore_errors=True)
+        os.environ.pop('TORCHINDUCTOR_CACHE_DIR', None)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Install the xcit-dense stack into a virtual environment, compiling mmcv once.
+# Install the xcit-dense stack into a virtual environment, from wheels: nothing is compiled.
 #
 # Usage: bash tools/install.sh            (idempotent; fast when nothing changed)
+#
+# By default mmcv is mmcv-lite (mmcv's pure-Python wheel) and its compiled-ops module mmcv._ext is
+# this toolkit's xcit_mmcv_ext, on torchvision's CPU and CUDA kernels: one install for CPUs and GPUs.
+# XCIT_MMCV=compiled compiles mmcv with all its ops instead (once; the wheel is cached).
 #
 # Environment:
 #   XCIT_VENV        the virtual environment to use or create (default: <repo>/.venv)
 #   XCIT_PYTHON      the interpreter that creates it (default: python3.11, else python3)
+#   XCIT_MMCV        lite (default): mmcv-lite and the toolkit's mmcv._ext; compiled: mmcv built with its ops
+# With XCIT_MMCV=compiled only:
 #   XCIT_CACHE       where built mmcv wheels are kept and reused (default: ~/.cache/xcit-dense)
 #   XCIT_MMCV_CUDA   auto (default): build mmcv's CUDA ops when a GPU is visible;
 #                    1: always build them (no GPU needed); 0: CPU ops only
@@ -19,8 +25,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${XCIT_VENV:-$ROOT/.venv}"
 CACHE="${XCIT_CACHE:-$HOME/.cache/xcit-dense}"
 MMCV_VERSION="$(sed -n 's/^mmcv==//p' "$ROOT/requirements/mmcv.txt")"
+MMCV="${XCIT_MMCV:-lite}"
 
 log() { printf '[install] %s\n' "$*"; }
+case "$MMCV" in
+  lite|compiled) ;;
+  *) log "XCIT_MMCV must be lite or compiled, got '$MMCV'"; exit 2 ;;
+esac
 
 if [ ! -x "$VENV/bin/python" ]; then
   PY="${XCIT_PYTHON:-$(command -v python3.11 || command -v python3)}"
@@ -33,13 +44,15 @@ pip_q() {
   "$PYTHON" -m pip --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 }
 
-# A stamp of every requirements file, setup.py and the mmcv build settings: when it matches, nothing to do.
-# Under XCIT_MMCV_CUDA=auto it records the GPUs torch sees too: an install made where none was
-# visible (CPU ops only), run again on a GPU node, rebuilds mmcv with its CUDA ops.
+# A stamp of every requirements file, setup.py, the mmcv kind and its build settings: when it matches,
+# nothing to do. For compiled mmcv under XCIT_MMCV_CUDA=auto it records the GPUs torch sees too: an
+# install made where none was visible (CPU ops only), run again on a GPU node, rebuilds mmcv with its
+# CUDA ops. mmcv-lite's install is the same on CPUs and GPUs.
 STAMP="$VENV/.xcit-dense-stamp"
 stamp() {
   local s
-  s="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT"
+  s="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT mmcv=$MMCV"
+  [ "$MMCV" = compiled ] || { echo "$s"; return; }
   s+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
   if [ "${XCIT_MMCV_CUDA:-auto}" = auto ]; then
     s+=" gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' \
@@ -58,19 +71,37 @@ log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg
 pip_q install -q -r "$ROOT/requirements/build.txt"
 pip_q install -q -r "$ROOT/requirements/runtime.txt"
 
-# The wheel to install: found in the cache or compiled (prints nothing when mmcv already fits).
-BUILD_MMCV=("$PYTHON" "$ROOT/tools/build_mmcv.py" --version "$MMCV_VERSION" --cache "$CACHE")
-WHEEL="$("${BUILD_MMCV[@]}")"
-if [ -n "$WHEEL" ]; then
-  pip_q install -q --no-deps --force-reinstall "$WHEEL"
-  # mmcv's own runtime dependencies (addict, yapf, opencv, ...)
-  pip_q install -q "$WHEEL"
-  "${BUILD_MMCV[@]}" --check
+# mmcv-lite and compiled mmcv are two distributions of one folder (mmcv/): uninstalling either
+# after installing the other would delete files of both, so the other goes first.
+installed() { "$PYTHON" -m pip show -q "$1" >/dev/null 2>&1; }
+if [ "$MMCV" = lite ]; then
+  if installed mmcv; then
+    log "removing compiled mmcv (XCIT_MMCV=compiled installs it again)"
+    pip_q uninstall -q -y mmcv
+  fi
+  log "installing mmcv-lite $MMCV_VERSION (mmcv._ext comes with xcit-dense)"
+  pip_q install -q "mmcv-lite==$MMCV_VERSION"
+else
+  if installed mmcv-lite; then
+    log "removing mmcv-lite"
+    pip_q uninstall -q -y mmcv-lite
+  fi
+  # The wheel to install: found in the cache or compiled (prints nothing when mmcv already fits).
+  BUILD_MMCV=("$PYTHON" "$ROOT/tools/build_mmcv.py" --version "$MMCV_VERSION" --cache "$CACHE")
+  WHEEL="$("${BUILD_MMCV[@]}")"
+  if [ -n "$WHEEL" ]; then
+    pip_q install -q --no-deps --force-reinstall "$WHEEL"
+    # mmcv's own runtime dependencies (addict, yapf, opencv, ...)
+    pip_q install -q "$WHEEL"
+    "${BUILD_MMCV[@]}" --check
+  fi
 fi
 
 log "installing xcit-dense (editable) and the test tools"
 pip_q install -q --no-build-isolation --no-deps -e "$ROOT"
 pip_q install -q -r "$ROOT/requirements/tests.txt"
-"$PYTHON" -c "import mmcv.ops, mmdet.models, mmseg.models, xcit_dense"
+# a fresh interpreter that imports mmcv's ops without the toolkit, as mmdet's own tools do
+"$PYTHON" -c "import mmcv.ops, mmdet.models, mmseg.models"
+"$PYTHON" -c "import xcit_dense"
 stamp > "$STAMP"  # torch is installed now: its GPU count is known
 log "done: $VENV"

@@ -2,8 +2,8 @@
 
 Rules kept, the same on every device:
 - Arithmetic: boxes are read as float32 whatever their dtype (mmcv reads ``float`` pointers), the
-  overlap is ``inter / (area_i + area_j - inter)`` compared with the threshold (mmcv's CPU kernel;
-  its CUDA kernel compared ``inter > thr * union``).
+  overlap is ``inter / (area_i + area_j - inter)`` compared with the threshold rounded to float32,
+  as mmcv's ``float`` argument is (mmcv's CPU kernel; its CUDA kernel compared ``inter > thr * union``).
 - Ties: boxes of equal score are taken in their input order (a stable sort). mmcv sorted
   unstably, so its order of tied scores was an accident of its sort; this one is reproducible.
 - Scores of any floating dtype are ranked in their own dtype: NMS runs on a strictly decreasing
@@ -17,6 +17,11 @@ import torch
 from torch import Tensor
 
 MAX_RANKED = 2 ** 24  # boxes whose float32 ranks stay distinct
+
+
+def _float32(value: float) -> float:
+    """A threshold as mmcv's kernels take it (a C++ ``float``): 0.3 is 0.30000001192..."""
+    return torch.tensor(value, dtype=torch.float32).item()
 
 
 def _check_offset(offset: int) -> None:
@@ -36,7 +41,7 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Ten
     if offset:
         sorted_boxes = sorted_boxes + sorted_boxes.new_tensor([0, 0, 1, 1])
     rank = torch.arange(len(order), 0, -1, dtype=torch.float32, device=boxes.device)
-    keep = torch.ops.torchvision.nms(sorted_boxes, rank, float(iou_threshold))
+    keep = torch.ops.torchvision.nms(sorted_boxes, rank, _float32(iou_threshold))
     return order[keep]
 
 
@@ -59,6 +64,7 @@ def softnms(boxes: Tensor, scores: Tensor, dets: Tensor, iou_threshold: float, s
     _check_offset(offset)
     if boxes.numel() == 0:
         return torch.empty(0, dtype=torch.long)
+    iou_threshold, sigma, min_score = _float32(iou_threshold), _float32(sigma), _float32(min_score)
     # rows: x1, y1, x2, y2, score, area
     rows = torch.cat([boxes.float(), scores.float()[:, None]], 1)
     rows = torch.cat([rows, ((rows[:, 2] - rows[:, 0] + offset) * (rows[:, 3] - rows[:, 1] + offset))[:, None]], 1)
@@ -96,7 +102,7 @@ def softnms(boxes: Tensor, scores: Tensor, dets: Tensor, iou_threshold: float, s
 def nms_match(dets: Tensor, iou_threshold: float) -> List[List[int]]:
     """mmcv's NMS match on a CPU tensor (N, 5): for each kept box, highest score first, the list of
     its index followed by the indices it suppressed (overlap at or above the threshold)."""
-    dets = dets.float()
+    dets, iou_threshold = dets.float(), _float32(iou_threshold)
     areas = (dets[:, 2] - dets[:, 0]) * (dets[:, 3] - dets[:, 1])
     order = torch.sort(dets[:, 4], descending=True, stable=True).indices
     suppressed = torch.zeros(len(dets), dtype=torch.bool)

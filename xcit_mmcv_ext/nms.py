@@ -32,8 +32,6 @@ def _check_offset(offset: int) -> None:
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Tensor:
     """Indices of the boxes kept by greedy NMS, highest score first (torchvision's kernel)."""
     _check_offset(offset)
-    if boxes.numel() == 0:
-        return torch.empty(0, dtype=torch.long, device=boxes.device)
     if boxes.size(0) > MAX_RANKED:
         raise ValueError(f'nms ranks at most {MAX_RANKED} boxes, got {boxes.size(0)}')
     order = torch.sort(scores, descending=True, stable=True).indices

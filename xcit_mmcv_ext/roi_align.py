@@ -52,8 +52,6 @@ def roi_align_forward(input: Tensor, rois: Tensor, output: Tensor, argmax_y: Ten
                       pool_mode: int, aligned: bool) -> None:
     """Average-pool each RoI (batch index, x1, y1, x2, y2) of ``input`` into ``output`` (K, C, h, w)."""
     _check_avg(pool_mode)
-    if rois.size(0) == 0:
-        return
     dtype = _compute_dtype(input.dtype)
     with torch.autocast(input.device.type, enabled=False):
         pooled = torch.ops.torchvision.roi_align(input.to(dtype), rois.to(dtype), float(spatial_scale),
@@ -67,8 +65,6 @@ def roi_align_backward(grad_output: Tensor, rois: Tensor, argmax_y: Tensor, argm
                        sampling_ratio: int, pool_mode: int, aligned: bool) -> None:
     """Write the gradient of ``roi_align_forward`` with respect to its input into ``grad_input``."""
     _check_avg(pool_mode)
-    if rois.size(0) == 0:
-        return
     alert_nondeterministic(grad_output.device)
     dtype = _compute_dtype(grad_output.dtype)
     batch, channels, height, width = grad_input.shape

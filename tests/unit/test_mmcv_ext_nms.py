@@ -82,7 +82,7 @@ def test_ties_keep_the_first_box_in_input_order():
 
 
 def test_everything_suppressed_but_one_and_no_boxes():
-    """Planted: an empty input passed to torchvision's kernel with the wrong dtype or device."""
+    """Planted: kept indices returned as int32 (mmcv's are int64) fail here."""
     boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 10.1], [0.1, 0, 10, 10]])
     assert nms(boxes, torch.tensor([0.1, 0.3, 0.2]), 0.5)[1].tolist() == [1]
     dets, keep = nms(boxes[:0], torch.zeros(0), 0.5)

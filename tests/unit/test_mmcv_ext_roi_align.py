@@ -103,7 +103,8 @@ def test_outputs_and_gradients_match_the_oracle(aligned, ratio):
 
 
 def test_no_rois_gives_empty_outputs_and_zero_gradients():
-    """Planted: a call of torchvision's kernels with no RoIs that fails or writes garbage."""
+    """Pins the empty case mmdet reaches (an image without proposals); no planted mistake found
+    that only this test catches."""
     feats, rois = case()
     x = feats.clone().requires_grad_()
     out = RoIAlign(7, 0.5, 0)(x, rois[:0])

@@ -1,4 +1,5 @@
 """XCiT's speed options: channels_last and torch.compile change the speed, never the numbers."""
+import contextlib
 import functools
 import logging
 
@@ -9,6 +10,20 @@ from mmengine.logging import MMLogger
 from helpers import randomize_
 from xcit_dense.engine.config_check import check_backbone
 from xcit_dense.models import xcit as xcit_module
+
+
+@contextlib.contextmanager
+def log_records():
+    """The records the current MMEngine logger emits inside the block."""
+    logger = MMLogger.get_instance('xcit_dense_speed_test', log_level='INFO')  # the current logger
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
 
 
 def _pair(tiny_xcit, patch, **options):
@@ -68,23 +83,34 @@ def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
         return run
     monkeypatch.setattr(xcit_module, '_compiled', broken)
     plain, compiled = _pair(tiny_xcit, 8, compile=True)
-    logger = MMLogger.get_instance('xcit_dense_speed_test', log_level='INFO')  # the current logger
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
     x = torch.randn(1, 3, 64, 64)
-    try:
-        with torch.no_grad():
-            got = [compiled.eval()(x) for _ in range(2)][-1]
-    finally:
-        logger.removeHandler(handler)
+    with log_records() as records, torch.no_grad():
+        got = [compiled.eval()(x) for _ in range(2)][-1]
     with torch.no_grad():
         expected = plain.eval()(x)
     assert compiled._compile_failed
     assert [r.getMessage() for r in records] == [
         'XCiT: torch.compile failed, running eagerly (InternalTorchDynamoError: no C++ compiler found)']
     assert records[0].levelno == logging.WARNING
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
+def test_without_a_c_compiler_compile_runs_eagerly_with_one_warning(tiny_xcit, monkeypatch, tmp_path):
+    """No compiler on PATH and none named by CC/CXX: the real torch.compile is not tried."""
+    monkeypatch.setenv('PATH', str(tmp_path))
+    for name in ('CC', 'CXX'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(xcit_module, '_compiled', lambda fn: pytest.fail('torch.compile tried without a compiler'))
+    plain, compiled = _pair(tiny_xcit, 8, compile=True)
+    x = torch.randn(1, 3, 64, 64)
+    with log_records() as records, torch.no_grad():
+        got = [compiled.eval()(x) for _ in range(2)][-1]
+    with torch.no_grad():
+        expected = plain.eval()(x)
+    assert [r.getMessage() for r in records] == [
+        'XCiT: torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and none was found '
+        '(CXX, CC, g++, gcc, clang++, clang, c++, cc): running eagerly']
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 

@@ -18,6 +18,7 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
 from .cpu_layouts import use_cpu_layouts
 from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
 from .presets import PRESETS, default_out_indices
@@ -236,16 +237,23 @@ class XCiT(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """(B, 3, H, W) -> 4 maps (B, D, ceil(H/s), ceil(W/s)) for s = 4, 8, 16, 32."""
         if self.compile_forward and not self._compile_failed:
+            if find_c_compiler() is None:
+                self._run_eagerly('torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and '
+                                  f"none was found ({', '.join(COMPILER_VARIABLES + COMPILER_NAMES)}): running eagerly")
+                return self._forward(x)
             try:
                 return _compiled(XCiT._forward)(self, x)
             except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
                 if not _is_compile_failure(exc):
                     raise
-                self._compile_failed = True
                 reason = (str(exc).strip().splitlines() or [''])[0][:200]
-                print_log(f'XCiT: torch.compile failed, running eagerly ({type(exc).__name__}: {reason})',
-                          logger='current', level=logging.WARNING)
+                self._run_eagerly(f'torch.compile failed, running eagerly ({type(exc).__name__}: {reason})')
         return self._forward(x)
+
+    def _run_eagerly(self, why: str) -> None:
+        """Stop compiling this model, with one warning saying why."""
+        self._compile_failed = True
+        print_log(f'XCiT: {why}', logger='current', level=logging.WARNING)
 
     def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]

@@ -19,7 +19,7 @@ from torch import nn
 
 from .checkpoint import allow_mmengine_checkpoints, check_matches_model
 from .checkpoint import CheckpointError
-from .engine.cuda_ops import check_mmcv_cuda_arch
+from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
@@ -68,7 +68,7 @@ def build_inferencer(config: Union[str, Config], weights: str,
     allow_mmengine_checkpoints()
     device = device or default_device()
     if device.startswith('cuda'):
-        check_mmcv_cuda_arch()
+        check_cuda_ops()
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
 

@@ -43,4 +43,4 @@ def arch_mismatch_message(capability: tuple[int, int], gpu_name: str, archs: Seq
     built = ', '.join('sm_' + a.replace('.', '').replace('+PTX', ' (+PTX)') for a in archs)
     wanted = ';'.join(list(archs) + [f'{capability[0]}.{capability[1]}'])
     return (f"this GPU is {sm} ({gpu_name}), but the installed mmcv's CUDA ops were built for {built}: "
-            f'reinstall with XCIT_MMCV_CUDA=1 TORCH_CUDA_ARCH_LIST="{wanted}" bash tools/install.sh')
+            f'reinstall with XCIT_MMCV=compiled XCIT_MMCV_CUDA=1 TORCH_CUDA_ARCH_LIST="{wanted}" bash tools/install.sh')

@@ -55,3 +55,12 @@ def install() -> None:
     """Append the finder to ``sys.meta_path`` once (after the path finder: a compiled _ext wins)."""
     if not any(isinstance(finder, MmcvExtFinder) for finder in sys.meta_path):
         sys.meta_path.append(MmcvExtFinder())
+
+
+def serves_mmcv_ext() -> bool:
+    """Whether ``mmcv._ext`` is this package's (mmcv-lite installed), not a compiled mmcv's own."""
+    try:
+        spec = importlib.util.find_spec(MODULE)
+    except ImportError:
+        return False
+    return spec is not None and spec.origin == str(EXT_MODULE_FILE)

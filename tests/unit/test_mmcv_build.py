@@ -318,8 +318,8 @@ def test_arch_compatibility_rule(capability, archs, runs):
 def test_mismatch_message_names_the_gpu_the_build_and_the_fix():
     msg = cuda_ops.arch_mismatch_message((8, 6), 'NVIDIA GeForce RTX 3090', ['8.0+PTX', '9.0'][1:])
     assert msg == ("this GPU is sm_86 (NVIDIA GeForce RTX 3090), but the installed mmcv's CUDA ops were "
-                   'built for sm_90: reinstall with XCIT_MMCV_CUDA=1 TORCH_CUDA_ARCH_LIST="9.0;8.6" '
-                   'bash tools/install.sh')
+                   'built for sm_90: reinstall with XCIT_MMCV=compiled XCIT_MMCV_CUDA=1 '
+                   'TORCH_CUDA_ARCH_LIST="9.0;8.6" bash tools/install.sh')
 
 
 @pytest.fixture
@@ -339,28 +339,41 @@ def fake_gpu(monkeypatch):
 def test_runtime_check_refuses_a_gpu_outside_the_build(fake_gpu):
     fake_gpu((8, 6), '13.0', ('8.0+PTX', '9.0')[1:])
     with pytest.raises(RuntimeError, match=r'this GPU is sm_86 \(NVIDIA Fake GPU\).*built for sm_90'):
-        cuda_ops.check_mmcv_cuda_arch()
+        cuda_ops.check_cuda_ops()
 
 
 def test_runtime_check_passes_a_gpu_inside_the_build(fake_gpu):
     fake_gpu((9, 0), '13.0', ('8.0', '9.0'))
-    assert cuda_ops.check_mmcv_cuda_arch() is None
+    assert cuda_ops.check_cuda_ops() is None
 
 
 def test_runtime_check_refuses_a_cpu_only_mmcv_on_a_gpu_node(fake_gpu):
     fake_gpu((8, 6), None, ())
     with pytest.raises(RuntimeError, match=r'1 GPU\(s\) \(NVIDIA Fake GPU\).*built without CUDA ops: '
-                                           r'reinstall with XCIT_MMCV_CUDA=1 bash tools/install.sh'):
-        cuda_ops.check_mmcv_cuda_arch()
+                                           r'reinstall with XCIT_MMCV=compiled XCIT_MMCV_CUDA=1 bash tools/install.sh'):
+        cuda_ops.check_cuda_ops()
+
+
+def test_runtime_check_runs_torchvisions_cuda_ops_where_they_serve_mmcv_ext(fake_gpu, monkeypatch):
+    """mmcv-lite: the check runs torchvision's nms and roi_align on each GPU (here a fake one, where
+    they fail) and names the GPU, torchvision and the fix."""
+    fake_gpu((9, 0), '13.0', ('9.0',))
+    monkeypatch.setattr(cuda_ops, 'mmcv_cuda_archs', lambda: None)
+    monkeypatch.setattr(cuda_ops, 'serves_mmcv_ext', lambda: True)
+    with pytest.raises(RuntimeError, match=r"GPU 0 \(NVIDIA Fake GPU\) cannot run torchvision .*'s CUDA ops, "
+                                           r"which serve mmcv._ext's nms and roi_align.*bash tools/install.sh"):
+        cuda_ops.check_cuda_ops()
+    monkeypatch.setattr(cuda_ops, 'serves_mmcv_ext', lambda: False)  # a compiled mmcv of unknown build
+    assert cuda_ops.check_cuda_ops() is None
 
 
 def test_runtime_check_ignores_machines_without_gpu(fake_gpu, monkeypatch):
     fake_gpu((8, 6), None, ())
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    assert cuda_ops.check_mmcv_cuda_arch() is None
+    assert cuda_ops.check_cuda_ops() is None
     fake_gpu((8, 6), '13.0', ('9.0',))
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    assert cuda_ops.check_mmcv_cuda_arch() is None
+    assert cuda_ops.check_cuda_ops() is None
 
 
 # ---- a build of some ops only ------------------------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 from xcit_launch.bounded import run_bounded
 
 from ..benchmark.measure import Timer, random_samples
-from ..engine import check_mmcv_cuda_arch
+from ..engine import check_cuda_ops
 from ..tasks import task_of_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -521,7 +521,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.exit('error: no CUDA device is visible: run on a GPU machine, or pass --device cpu --tiny')
     if device.type == 'cuda':
         try:
-            check_mmcv_cuda_arch()
+            check_cuda_ops()
         except RuntimeError as exc:
             sys.exit(f'error: {exc}')
     data = run_check(device, args.tiny, args.out_dir, args.steps, budgets=budgets)

@@ -3,9 +3,9 @@ from xcit_launch import netif  # noqa: F401  (xcit_dense.engine.netif, as before
 
 from . import hooks, optim  # noqa: F401  (registers the hooks and the optimizer constructor)
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
-from .cuda_ops import check_mmcv_cuda_arch
+from .cuda_ops import check_cuda_ops
 from .dist import gpus_present, init_distributed, process_group, world_size
 from .runner import ToolkitRunner
 
-__all__ = ['BatchPlan', 'apply_batch_plan', 'check_mmcv_cuda_arch', 'gpus_present', 'init_distributed',
+__all__ = ['BatchPlan', 'apply_batch_plan', 'check_cuda_ops', 'gpus_present', 'init_distributed',
            'process_group', 'resolve_batch_plan', 'ToolkitRunner', 'world_size']

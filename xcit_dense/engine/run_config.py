@@ -22,7 +22,7 @@ from ..checkpoint import ATOMIC_WRITES, allow_mmengine_checkpoints
 from ..datasets.files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
-from .cuda_ops import check_mmcv_cuda_arch
+from .cuda_ops import check_cuda_ops
 from .dist import exit_once_per_node, gpus_present
 from .hooks import TOOLKIT_HOOKS
 from .optim_wrappers import GUARDED
@@ -39,7 +39,7 @@ def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
         sys.exit(f'error: config file not found: {path}')
     allow_mmengine_checkpoints()
     try:
-        check_mmcv_cuda_arch()
+        check_cuda_ops()
     except RuntimeError as exc:
         exit_once_per_node(f'error: {exc}')
     cfg = load_config(path, cfg_options)

@@ -3,8 +3,7 @@
 Each is the same function as the reference layout in ``layers.py`` (what GPUs run, the model as
 defined), arranged to copy less memory on a CPU. The layers ask :func:`use_cpu_layouts` once per
 call, the one switch between the two: traced, exported or compiled graphs (FLOPs counting, ONNX,
-``torch.compile``), GPUs and :func:`reference_layout` blocks get the reference layout. (The RoI
-heads' ``roi_align.CpuFastRoIAlign`` is no layout: it picks a kernel by device, the same in any graph.)
+``torch.compile``), GPUs and :func:`reference_layout` blocks get the reference layout.
 """
 import contextvars
 from contextlib import contextmanager

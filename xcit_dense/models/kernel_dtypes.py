@@ -1,21 +1,20 @@
 """mmdet's parts that call mmcv's kernels, in a dtype those kernels have, so that bf16 training works.
 
-mmcv 2.1.0's RoIAlign dispatches float and half only, on CUDA (``roi_align_cuda.cu``) and on the
-CPU, and NMS reads float boxes only (``nms_cuda.cu``: ``data_ptr<float>``); under bf16 autocast the
-features, the RPN's boxes and scores are bf16. mmdet also casts the RoIs to the features' dtype,
+Needed with compiled mmcv (``XCIT_MMCV=compiled``): mmcv 2.1.0's RoIAlign dispatches float and half
+only, on CUDA (``roi_align_cuda.cu``) and on the CPU, and NMS reads float boxes only
+(``nms_cuda.cu``: ``data_ptr<float>``); under bf16 autocast the features, the RPN's boxes and scores
+are bf16. The default install's ``mmcv._ext`` (xcit_mmcv_ext) computes bf16 in float32 itself, but
+the RPN's proposals stay float32 for another reason: mmdet casts the RoIs to the features' dtype,
 and bf16 box coordinates are rounded to 4-pixel steps between 512 and 1024 px (8 above).
 Imported by the Mask R-CNN configs (``custom_imports``), so that segmentation runs keep mmdet out.
 """
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from mmdet.models.dense_heads import RPNHead
 from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 from mmdet.registry import MODELS
 from mmengine.structures import InstanceData
-from torch import nn
-
-from .roi_align import CpuFastRoIAlign
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.float64)  # what mmcv's RoIAlign dispatches
 
@@ -23,16 +22,7 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.float64)  # what mmcv's RoI
 @MODELS.register_module()
 class KernelDtypeRoIExtractor(SingleRoIExtractor):
     """``SingleRoIExtractor`` that runs in float32, autocast off, for features of a dtype without
-    RoIAlign kernels (bfloat16), and returns its features in the input features' dtype.
-
-    Its ``RoIAlign`` layers are ``CpuFastRoIAlign``: the same values, torchvision's faster forward
-    kernel on a CPU."""
-
-    def build_roi_layers(self, layer_cfg: dict, featmap_strides: List[int]) -> nn.ModuleList:
-        """mmdet's layers, ``type='RoIAlign'`` built as ``CpuFastRoIAlign``."""
-        if layer_cfg.get('type') == 'RoIAlign':
-            layer_cfg = dict(layer_cfg, type=CpuFastRoIAlign)
-        return super().build_roi_layers(layer_cfg, featmap_strides)
+    RoIAlign kernels (bfloat16), and returns its features in the input features' dtype."""
 
     def forward(self, feats: Tuple[torch.Tensor, ...], rois: torch.Tensor,
                 roi_scale_factor: Optional[float] = None) -> torch.Tensor:

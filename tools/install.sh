@@ -67,10 +67,6 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] \
   exit 0
 fi
 
-log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg, timm)"
-pip_q install -q -r "$ROOT/requirements/build.txt"
-pip_q install -q -r "$ROOT/requirements/runtime.txt"
-
 # mmcv-lite and compiled mmcv are two distributions of one folder (mmcv/): uninstalling either
 # after installing the other would delete files of both, so the other goes first.
 installed() { "$PYTHON" -m pip show -q "$1" >/dev/null 2>&1; }
@@ -79,9 +75,14 @@ if [ "$MMCV" = lite ]; then
     log "removing compiled mmcv (XCIT_MMCV=compiled installs it again)"
     pip_q uninstall -q -y mmcv
   fi
-  log "installing mmcv-lite $MMCV_VERSION (mmcv._ext comes with xcit-dense)"
-  pip_q install -q "mmcv-lite==$MMCV_VERSION"
+  # one resolution for everything: pip's start and resolve are a large part of an install from wheels
+  log "installing the stack (torch, mmengine, mmdet, mmseg, timm, mmcv-lite $MMCV_VERSION) and the test tools"
+  pip_q install -q -r "$ROOT/requirements/build.txt" -r "$ROOT/requirements/runtime.txt" \
+    "mmcv-lite==$MMCV_VERSION" -r "$ROOT/requirements/tests.txt"
 else
+  log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg, timm)"
+  pip_q install -q -r "$ROOT/requirements/build.txt"
+  pip_q install -q -r "$ROOT/requirements/runtime.txt"
   if installed mmcv-lite; then
     log "removing mmcv-lite"
     pip_q uninstall -q -y mmcv-lite
@@ -95,11 +96,11 @@ else
     pip_q install -q "$WHEEL"
     "${BUILD_MMCV[@]}" --check
   fi
+  pip_q install -q -r "$ROOT/requirements/tests.txt"
 fi
 
-log "installing xcit-dense (editable) and the test tools"
+log "installing xcit-dense (editable; with mmcv-lite it serves mmcv._ext)"
 pip_q install -q --no-build-isolation --no-deps -e "$ROOT"
-pip_q install -q -r "$ROOT/requirements/tests.txt"
 # a fresh interpreter that imports mmcv's ops without the toolkit, as mmdet's own tools do
 "$PYTHON" -c "import mmcv.ops, mmdet.models, mmseg.models"
 "$PYTHON" -c "import xcit_dense"

@@ -1,4 +1,4 @@
-"""mmdet's parts that call mmcv's kernels, in a dtype those kernels have, so that bf16 training works.
+"""mmdet's parts that call mmcv's kernels, in a dtype and layout those kernels have (bf16 training works).
 
 Needed with compiled mmcv (``XCIT_MMCV=compiled``): mmcv 2.1.0's RoIAlign dispatches float and half
 only, on CUDA (``roi_align_cuda.cu``) and on the CPU, and NMS reads float boxes only
@@ -22,10 +22,15 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.float64)  # what mmcv's RoI
 @MODELS.register_module()
 class KernelDtypeRoIExtractor(SingleRoIExtractor):
     """``SingleRoIExtractor`` that runs in float32, autocast off, for features of a dtype without
-    RoIAlign kernels (bfloat16), and returns its features in the input features' dtype."""
+    RoIAlign kernels (bfloat16), and returns its features in the input features' dtype.
+
+    Its maps are made contiguous (NCHW) first: compiled mmcv's RoIAlign reads any tensor's memory
+    as NCHW, so the channels_last maps of the backbone on a CPU (or with ``channels_last=True``)
+    gave wrong RoI features there; torchvision's kernels make the same copy themselves."""
 
     def forward(self, feats: Tuple[torch.Tensor, ...], rois: torch.Tensor,
                 roi_scale_factor: Optional[float] = None) -> torch.Tensor:
+        feats = tuple(f.contiguous() for f in feats)
         dtype = feats[0].dtype
         if dtype in KERNEL_DTYPES:
             return super().forward(feats, rois, roi_scale_factor)

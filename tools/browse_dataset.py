@@ -2,7 +2,7 @@
 pipeline, ground truth drawn) into a folder, with a mosaic of all of them."""
 import argparse
 
-import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings and sets OpenCV's pixel limit before they load)
 from mmengine.config import Config, DictAction
 
 from xcit_dense.datasets.browse import browse_training_samples

@@ -5,7 +5,7 @@ Exits 1 naming what is wrong."""
 import argparse
 import sys
 
-import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings and sets OpenCV's pixel limit before they load)
 from mmengine.config import Config, DictAction
 
 from xcit_dense.datasets.check import check_dataset

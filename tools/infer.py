@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, List
 
-import cv2
+import xcit_dense  # noqa: F401  (first: it sets OpenCV's pixel limit before mmcv loads OpenCV)
 import mmcv
 import numpy as np
 import torch.nn.functional as F
@@ -22,7 +22,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from xcit_dense.builder import load_config
-from xcit_dense.datasets.files import DEFAULT_MAX_PIXELS, check_image_file
+from xcit_dense.datasets.files import check_image_file, decode_image
+from xcit_dense.pixel_limit import DEFAULT_MAX_PIXELS
 from xcit_dense.datasets.problems import BadSample
 from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
 from xcit_dense.checkpoint import CheckpointError
@@ -65,20 +66,17 @@ def list_inputs(inputs: List[str]) -> Iterator[str]:
 
 
 def read_image(path: str, max_pixels: int) -> np.ndarray:
-    """A BGR image, its header checked against ``max_pixels`` before decoding; FileNotFoundError
-    or ValueError with the reason otherwise (any decoding error of OpenCV or PIL included)."""
+    """A BGR image decoded as the pipelines decode it (EXIF orientation ignored), its header checked
+    against ``max_pixels`` first; FileNotFoundError or ValueError with the reason otherwise."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f'{path}: no such file')
     try:
         check_image_file(path, max_pixels=max_pixels)
-        image = mmcv.imread(path)  # None when the bytes do not decode as an image
+        return decode_image(path)
     except BadSample as exc:
         raise ValueError(f'{path}: {exc.kind}: {exc.detail}') from None
-    except (cv2.error, OSError, MemoryError) as exc:
+    except (OSError, MemoryError) as exc:
         raise ValueError(f'{path}: cannot be decoded: {type(exc).__name__}: {str(exc).strip()[:300]}') from None
-    if image is None:
-        raise ValueError(f'{path}: not an image (cannot be decoded)')
-    return image
 
 
 def enlarge(image: np.ndarray, sample, task: Task, min_size: int, max_size: int):

@@ -3,7 +3,7 @@ import argparse
 import sys
 from typing import Optional
 
-import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings before mmengine loads)
+import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings and sets OpenCV's pixel limit before they load)
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 

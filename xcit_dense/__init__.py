@@ -1,5 +1,9 @@
 """XCiT backbones for dense prediction on the OpenMMLab 2.0 stack (mmdet, mmseg)."""
-from xcit_launch import known_warnings  # noqa: F401  (xcit_dense.known_warnings, as before)
+from .pixel_limit import limit_opencv
+
+limit_opencv()  # before anything imports cv2: OpenCV reads its decoder's pixel limit when it loads
+
+from xcit_launch import known_warnings  # noqa: E402,F401  (xcit_dense.known_warnings, as before)
 
 known_warnings.silence_known_warnings()  # before mmengine is imported: its import emits one of them
 

@@ -1,8 +1,15 @@
-"""Downloading checkpoints: a cache keyed by the whole URL, https only, digests checked and logged.
+"""Downloading checkpoints: a cache keyed by the whole URL, https only, links never followed, sizes
+capped, digests checked and logged.
 
 A URL's file is cached under ``<torch hub dir>/checkpoints/xcit-dense/<hash of the URL>/<name>``,
 so a file fetched from one URL is never served for another with the same base name. Plain http
-is refused unless ``XCIT_ALLOW_HTTP=1``. The expected SHA-256 is the one a config gives
+is refused unless ``XCIT_ALLOW_HTTP=1``, for the URL and for every redirect (https may only redirect
+to https), and the log names the URL the file finally came from. The cache's folders are created
+and opened without following links and must belong to the user: a co-user of a group-shared
+``TORCH_HOME`` who plants the (predictable) folder of a URL, or a link in its place, gets an error,
+never a download written where the link points. A download stops at ``XCIT_MAX_DOWNLOAD_BYTES``
+(default 8 GiB, far above any released checkpoint), whether or not the server declares a length.
+The expected SHA-256 is the one a config gives
 (``init_cfg=dict(type='Pretrained', checkpoint=URL, sha256=...)``) or the prefix in the file name
 (torch.hub's and OpenMMLab's ``name-<sha256 prefix>.pth``); a file that does not match is an error
 naming both. Each download's digest is logged so that a user can pin it. The processes of a node
@@ -13,15 +20,20 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
+import secrets
+import stat
+import urllib.request
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import BinaryIO, Iterator, Optional
 from urllib.parse import unquote, urlparse
 
 import torch
 from mmengine.logging import print_log
 
 ALLOW_HTTP = 'XCIT_ALLOW_HTTP'
+MAX_BYTES = 'XCIT_MAX_DOWNLOAD_BYTES'
+DEFAULT_MAX_BYTES = 8 << 30
+_CHUNK = 1 << 20
 HASH_IN_NAME = re.compile(r'-([a-f0-9]{8,64})\.[A-Za-z0-9]+$')
 
 
@@ -48,43 +60,126 @@ def expected_digest(url: str, sha256: Optional[str]) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def file_digest(path: str) -> str:
-    """The SHA-256 of a file, read in chunks."""
+def _digest(f: BinaryIO) -> str:
     digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''):
-            digest.update(chunk)
+    for chunk in iter(lambda: f.read(_CHUNK), b''):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
-def _check_digest(url: str, path: str, expected: Optional[str]) -> str:
-    actual = file_digest(path)
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file, read in chunks."""
+    with open(path, 'rb') as f:
+        return _digest(f)
+
+
+def _check_digest(url: str, path: str, actual: str, expected: Optional[str]) -> str:
     if expected and not actual.startswith(expected):
         raise DownloadError(f'{url}: the file {path} has sha256 {actual}, expected {expected}: '
                             f'refused (a corrupt download or another file)')
     return actual
 
 
+def _open_nofollow(name: str, flags: int, folder_fd: int, mode: int = 0o644) -> int:
+    """``os.open`` of ``name`` in ``folder_fd`` that refuses a link in its place (the error names it)."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder_fd)
+    except OSError as exc:
+        raise DownloadError(f'cannot open {name} in the download cache: {exc.strerror} (a link or '
+                            f'another kind of file in its place is refused)') from exc
+
+
+def _own_folder(parent_fd: int, name: str, where: str) -> int:
+    """Open (creating it if needed) folder ``name`` of ``parent_fd``: never through a link, and only
+    one that belongs to this user and that nobody else may write to."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    fd = _open_nofollow(name, os.O_RDONLY | os.O_DIRECTORY, parent_fd)
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.close(fd)
+        raise DownloadError(f'the download cache folder {where} belongs to another user (uid {info.st_uid}) '
+                            f'or others may write to it: refused, since its files could be replaced; '
+                            f'remove it, or set TORCH_HOME to a folder of your own')
+    return fd
+
+
 @contextmanager
-def _node_lock(folder: str) -> Iterator[None]:
-    """An exclusive lock of the cache folder, held by one process of the node at a time."""
-    with open(os.path.join(folder, '.lock'), 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def _cache_folder(path: str) -> Iterator[int]:
+    """The folder of ``path`` (``.../checkpoints/xcit-dense/<key>``), opened as checked by
+    :func:`_own_folder` at its two toolkit levels, and exclusively locked: one process of the node
+    at a time."""
+    key_folder = os.path.dirname(path)
+    toolkit_folder = os.path.dirname(key_folder)
+    os.makedirs(os.path.dirname(toolkit_folder), exist_ok=True)  # the hub's own: as the user set it
+    hub_fd = os.open(os.path.dirname(toolkit_folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        toolkit_fd = _own_folder(hub_fd, os.path.basename(toolkit_folder), toolkit_folder)
+    finally:
+        os.close(hub_fd)
+    try:
+        folder_fd = _own_folder(toolkit_fd, os.path.basename(key_folder), key_folder)
+    finally:
+        os.close(toolkit_fd)
+    try:
+        lock = _open_nofollow('.lock', os.O_RDWR | os.O_CREAT, folder_fd)
         try:
-            yield
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield folder_fd
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)  # releases the lock
+    finally:
+        os.close(folder_fd)
 
 
-def check_url(url: str) -> None:
+def max_download_bytes() -> int:
+    """The size cap of one download: ``XCIT_MAX_DOWNLOAD_BYTES``, else 8 GiB."""
+    value = os.environ.get(MAX_BYTES)
+    try:
+        return int(value) if value else DEFAULT_MAX_BYTES
+    except ValueError:
+        raise DownloadError(f'{MAX_BYTES}={value!r} is not a number of bytes') from None
+
+
+class _RedirectsChecked(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to a URL :func:`check_url` accepts (https to http is refused)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        check_url(newurl, redirected_from=req.full_url)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _fetch(url: str, out: BinaryIO) -> str:
+    """Write ``url``'s body to ``out``, redirects checked, at most :func:`max_download_bytes`
+    bytes; returns the URL the body came from."""
+    cap = max_download_bytes()
+    opener = urllib.request.build_opener(_RedirectsChecked)
+    request = urllib.request.Request(url, headers={'User-Agent': 'xcit-dense'})
+    with opener.open(request, timeout=60) as response:
+        declared = response.headers.get('Content-Length')
+        if declared and declared.isdigit() and int(declared) > cap:
+            raise DownloadError(f'{url} declares {int(declared)} bytes, over the limit of {cap} ({MAX_BYTES})')
+        size = 0
+        for chunk in iter(lambda: response.read(_CHUNK), b''):
+            size += len(chunk)
+            if size > cap:
+                raise DownloadError(f'{url} sent more than {cap} bytes, the limit ({MAX_BYTES}): stopped')
+            out.write(chunk)
+        return response.geturl()
+
+
+def check_url(url: str, redirected_from: Optional[str] = None) -> None:
     """Refuse any scheme but https (http only with ``XCIT_ALLOW_HTTP=1``)."""
     scheme = urlparse(url).scheme
     if scheme == 'https' or (scheme == 'http' and os.environ.get(ALLOW_HTTP) == '1'):
         return
+    via = f' (redirected from {redirected_from})' if redirected_from else ''
     if scheme == 'http':
-        raise DownloadError(f'{url}: plain http is refused, since anyone on the path can replace '
+        raise DownloadError(f'{url}{via}: plain http is refused, since anyone on the path can replace '
                             f'the file; use https, or set {ALLOW_HTTP}=1 to allow it')
-    raise DownloadError(f'{url}: only https URLs are downloaded')
+    raise DownloadError(f'{url}{via}: only https URLs are downloaded')
 
 
 def download(url: str, sha256: Optional[str] = None) -> str:
@@ -92,26 +187,42 @@ def download(url: str, sha256: Optional[str] = None) -> str:
     check_url(url)
     expected = expected_digest(url, sha256)
     path = cache_path(url)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    with _node_lock(folder):
-        if os.path.isfile(path):
-            if expected:
-                _check_digest(url, path, expected)
-            return path
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix='.partial-')
-        os.close(fd)
+    name = os.path.basename(path)
+    with _cache_folder(path) as folder:
         try:
-            try:
-                torch.hub.download_url_to_file(url, tmp, progress=True)
-            except Exception as exc:  # network errors come in many types
-                raise DownloadError(f'cannot download {url}: {exc}. Download it elsewhere and point '
-                                    f'the config at the local file.') from exc
-            actual = _check_digest(url, tmp, expected)
-            os.replace(tmp, path)
+            cached = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        except FileNotFoundError:
+            cached = None
+        except OSError as exc:
+            raise DownloadError(f'cannot read the cached {path}: {exc.strerror} (a link in its place is '
+                                f'refused)') from exc
+        if cached is not None:
+            with os.fdopen(cached, 'rb') as f:
+                _check_digest(url, path, _digest(f), expected)
+            return path
+        partial = f'.partial-{secrets.token_hex(8)}'
+        out = os.fdopen(_open_nofollow(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, folder), 'w+b')
+        try:
+            with out:
+                print_log(f'downloading {url}', logger='current', level=logging.INFO)
+                try:
+                    source = _fetch(url, out)
+                except DownloadError:
+                    raise
+                except Exception as exc:  # network errors come in many types
+                    raise DownloadError(f'cannot download {url}: {exc}. Download it elsewhere and point '
+                                        f'the config at the local file.') from exc
+                out.flush()
+                os.fsync(out.fileno())
+                out.seek(0)
+                actual = _check_digest(url, path, _digest(out), expected)
+            os.replace(partial, name, src_dir_fd=folder, dst_dir_fd=folder)
         finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-    print_log(f'downloaded {url} to {path}: sha256 {actual} (pin it with sha256=... in init_cfg, '
+            try:
+                os.unlink(partial, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+    came_from = f' (redirected to {source})' if source != url else ''
+    print_log(f'downloaded {url}{came_from} to {path}: sha256 {actual} (pin it with sha256=... in init_cfg, '
               f'or a name ending in -{actual[:8]}.pth)', logger='current', level=logging.INFO)
     return path

@@ -5,6 +5,8 @@
 _base_ = '../xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py'
 
 data_root = 'data/demo_coco/'
+# images are decoded as stored, EXIF orientation ignored: annotations are drawn on the stored pixels
+color_type = 'color_ignore_orientation'
 classes = ('rectangle', 'ellipse', 'triangle')
 metainfo = dict(classes=classes, palette=[(220, 20, 60), (0, 130, 200), (60, 180, 75)])
 image_size = (128, 128)
@@ -33,14 +35,14 @@ model = dict(
         rcnn=dict(max_per_img=20)))
 
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs',

@@ -5,6 +5,8 @@
 _base_ = '../xcit/upernet_xcit_tiny_12_p16_160k_ade20k.py'
 
 data_root = 'data/demo_ade/'
+# images are decoded as stored, EXIF orientation ignored: annotations are drawn on the stored pixels
+color_type = 'color_ignore_orientation'
 classes = ('background', 'rectangle', 'ellipse', 'triangle')
 metainfo = dict(classes=classes,
                 palette=[[0, 0, 0], [220, 20, 60], [0, 130, 200], [60, 180, 75]])
@@ -19,14 +21,14 @@ model = dict(
     auxiliary_head=dict(channels=64, num_classes=len(classes), norm_cfg=norm_cfg))
 
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='LoadAnnotations'),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackSegInputs'),
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='LoadAnnotations'),
     dict(type='PackSegInputs'),

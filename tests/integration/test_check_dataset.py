@@ -6,13 +6,17 @@ import runpy
 import shutil
 import sys
 
+import numpy as np
 import pytest
 from mmengine.config import Config
+from mmengine.registry import TRANSFORMS, DefaultScope
+from PIL import Image
 
-from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco
+from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
 from helpers import ROOT
 from xcit_dense.datasets.check import check_dataset
-from xcit_dense.datasets.problems import summary
+from xcit_dense.datasets.files import check_image_file
+from xcit_dense.datasets.problems import BadSample, summary
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 DET_CONFIG = str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')
@@ -62,13 +66,23 @@ def test_counts_on_the_demo_sets(coco, tmp_path):
     (tmp_path / 'annotations/validation/validation_00001.png').unlink()
     label = tmp_path / 'annotations/training/training_00002.png'
     label.write_bytes(label.read_bytes()[:60])  # truncated: PIL reads its header, not its pixels
+    label = tmp_path / 'annotations/training/training_00001.png'
+    values = np.array(Image.open(label))
+    values[0, 0] = 200  # 4 classes: found only when training loaded it, before
+    Image.fromarray(values).save(label)
+    label = tmp_path / 'annotations/validation/validation_00000.png'
+    Image.open(label).resize((32, 32), Image.NEAREST).save(label)  # accepted everywhere, before
     cfg = Config.fromfile(SEG_CONFIG)
     cfg.merge_from_dict({'train_dataloader.dataset.data_root': str(tmp_path),
                          'val_dataloader.dataset.data_root': str(tmp_path)})
     train, val = check_dataset(cfg)
     assert (train.images, train.annotations, train.without_annotations) == (3, 3, 0)
     assert (val.images, val.annotations, val.without_annotations) == (2, 1, 1)
-    assert train.bad_kinds == {'unreadable label maps': 1} and val.bad_kinds == {'missing label maps': 1}
+    assert train.bad_kinds == {'unreadable label maps': 1, 'label values outside the classes': 1}
+    assert 'training_00001.png: label values [200] outside the 4 classes' in train.bad_examples[
+        'label values outside the classes']
+    assert val.bad_kinds == {'missing label maps': 1, 'label maps of another size than their image': 1}
+    assert '32x32 pixels, its image ' in val.bad_examples['label maps of another size than their image']
 
 
 def test_a_broken_copy_is_named(coco, tmp_path, capsys):
@@ -114,3 +128,46 @@ def test_every_kind_of_bad_data_is_named_and_counted(tmp_path, capsys):
         assert f'  {kind}: {count}, e.g. ' in message, kind
     assert f'error: train: bad data: {summary({**ANNOTATION_KINDS, **SAMPLE_KINDS})}' in message
     assert 'the data is complete' not in message
+
+
+def test_exif_orientation_is_ignored_by_the_check_and_the_pipelines(coco, tmp_path):
+    """A 64x48 JPEG whose EXIF says 'rotate 90': the annotations are drawn on the stored pixels, so the
+    check's sizes, the configs' pipelines and tools/infer.py's decoder all take it as stored (before,
+    OpenCV rotated the image to 48x64 in training and inference, not its boxes)."""
+    from xcit_dense.datasets.files import decode_image
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90
+    path = tmp_path / 'rotated.jpg'
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(path, exif=exif)
+    assert decode_image(str(path)).shape == (48, 64, 3)
+    for config in (DET_CONFIG, SEG_CONFIG, str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py'),
+                   str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')):
+        cfg = Config.fromfile(config)
+        for pipeline in (cfg.train_dataloader.dataset.pipeline, cfg.test_dataloader.dataset.pipeline):
+            with DefaultScope.overwrite_default_scope(cfg.default_scope):
+                load = TRANSFORMS.build(pipeline[0])
+            assert load(dict(img_path=str(path)))['img'].shape == (48, 64, 3), config
+
+
+def test_bombs_of_every_decoder_are_named_in_both_splits(tmp_path):
+    """tests/support/bad_data.py's bombs: the polygon far outside its image is dropped from training and
+    stops validation at its image; the HDR image over the limit, which PIL cannot read, is named as over
+    the limit by OpenCV (before: 'unreadable', while training decoded it)."""
+    root = tmp_path / 'coco'
+    write_bomb_coco(root)
+    options = {'val_evaluator.ann_file': f'{root}/ann.json'}
+    for split in ('train', 'val'):
+        options.update({f'{split}_dataloader.dataset.data_root': f'{root}/',
+                        f'{split}_dataloader.dataset.ann_file': 'ann.json',
+                        f'{split}_dataloader.dataset.data_prefix.img': 'img/',
+                        f'{split}_dataloader.dataset.metainfo.classes': ('box',)})
+    cfg = Config.fromfile(DET_CONFIG)
+    cfg.merge_from_dict(options)
+    train, val = check_dataset(cfg)
+    expected = {'bad RLE masks': 1, 'images over the pixel limit': 2, 'polygons reaching far outside the image': 1}
+    assert train.bad_kinds == val.bad_kinds == expected
+    assert train.bad_examples['polygons reaching far outside the image'].startswith('image poly.jpg annotation 6')
+    assert val.bad_examples['polygons reaching far outside the image'].startswith(f'{root}/img/poly.jpg: ')
+    with pytest.raises(BadSample, match='over the limit of OpenCV, which decodes it: 134217728 pixels '
+                                        r'\(OPENCV_IO_MAX_IMAGE_PIXELS\)'):
+        check_image_file(str(root / 'img/bomb.hdr'), decode=True)

@@ -261,10 +261,13 @@ def test_every_kind_of_bad_data_is_skipped_in_training_and_stops_validation(tmp_
 
 
 def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path):
-    """An RLE mask and a PNG header declaring 262144^2 pixels (64 GiB a mask, 192 GiB an image) go through
-    the real mmdet datasets and pipeline in a process whose address space is capped at its size + 1 GiB:
-    each is refused, by kind, before anything is allocated for it (without the checks numpy or OpenCV
-    fail at once on the cap instead)."""
+    """An RLE mask and a PNG header declaring 262144^2 pixels (64 GiB a mask, 192 GiB an image), an HDR
+    image of 12000^2 pixels (a format PIL does not read: before, OpenCV decoded it under its own 2^30
+    limit) and a polygon of 4e8 pixels' extent (before, pycocotools' rasteriser failed its allocation
+    and the process died with a segfault) go through the real mmdet datasets and pipeline in a
+    process whose address space is capped at its size + 1 GiB: each is refused, by kind, before
+    anything is allocated for it. The validation datasets (test_mode) keep the polygon for the
+    sample check to stop at."""
     root = tmp_path / 'coco'
     write_bomb_coco(root)
     proc = run([sys.executable, str(SUPPORT / 'capped_load.py'), str(root)], timeout=300)
@@ -272,6 +275,7 @@ def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path)
     results = json.loads(proc.stdout.splitlines()[-1])
     # CheckedCocoDataset drops the bomb when it reads the file; behind a plain CocoDataset, the sample
     # guard refuses the image against the real image's size
-    assert results['checked'] == {'dropped': {'bad RLE masks': 1}, 'good.jpg': 'loaded',
-                                  'bomb.png': 'images over the pixel limit'}
-    assert results['plain'] == {'good.jpg': 'bad RLE masks', 'bomb.png': 'images over the pixel limit'}
+    refused = {'bomb.png': 'images over the pixel limit', 'bomb.hdr': 'images over the pixel limit',
+               'poly.jpg': 'polygons reaching far outside the image'}
+    assert results['checked'] == {'dropped': {'bad RLE masks': 1}, 'good.jpg': 'loaded', **refused}
+    assert results['plain'] == {'good.jpg': 'bad RLE masks', **refused}

@@ -79,15 +79,31 @@ def write_bad_coco(root: Path) -> Dict[str, Path]:
     return files
 
 
+def hdr_header(width: int, height: int) -> bytes:
+    """A Radiance HDR file (a format PIL does not read, OpenCV does) of a header declaring
+    ``width`` x ``height`` pixels, and a few bytes of pixels."""
+    return f'#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y {height} +X {width}\n'.encode() + bytes(64)
+
+
+# 12000^2 pixels: over the toolkit's limit (2^27), under OpenCV's own default (2^30), 1.6 GiB decoded
+HDR_SIDE = 12000
+# a triangle of 4e8 pixels' extent on a 64x64 image: pycocotools would ask for about 48 GB to rasterise it
+POLYGON_BOMB = [0, 0, 4e8, 0, 4e8, 4e8]
+
+
 def write_bomb_coco(root: Path) -> None:
-    """``root/img/{good.jpg,bomb.png}`` and ``root/ann.json``: a good image whose second annotation is
-    the RLE bomb, and an image whose header is the 192 GiB bomb (each with a good box too)."""
+    """``root/img/{good.jpg,bomb.png,bomb.hdr,poly.jpg}`` and ``root/ann.json``: a good image whose second
+    annotation is the RLE bomb, an image whose PNG header is the 192 GiB bomb, an HDR image over the
+    pixel limit, and a good image whose second annotation is the polygon bomb (each with a good box too)."""
     (root / 'img').mkdir(parents=True)
-    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(root / 'img' / 'good.jpg')
+    for name in ('good.jpg', 'poly.jpg'):
+        Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(root / 'img' / name)
     (root / 'img' / 'bomb.png').write_bytes(png_header(BOMB_SIDE, BOMB_SIDE))
-    images = [dict(id=1, file_name='good.jpg', width=64, height=64), dict(id=2, file_name='bomb.png', width=64,
-                                                                        height=64)]
-    anns = [good_box(1, 1), dict(good_box(2, 1), segmentation=rle_bomb()), good_box(3, 2)]
+    (root / 'img' / 'bomb.hdr').write_bytes(hdr_header(HDR_SIDE, HDR_SIDE))
+    images = [dict(id=i + 1, file_name=name, width=64, height=64)
+              for i, name in enumerate(('good.jpg', 'bomb.png', 'bomb.hdr', 'poly.jpg'))]
+    anns = [good_box(1, 1), dict(good_box(2, 1), segmentation=rle_bomb()), good_box(3, 2), good_box(4, 3),
+            good_box(5, 4), dict(good_box(6, 4), segmentation=[POLYGON_BOMB])]
     (root / 'ann.json').write_text(json.dumps(dict(images=images, annotations=anns,
                                                    categories=[dict(id=1, name='box')])))
 

@@ -3,13 +3,17 @@ in the words of ``problems``, or None.
 
 An RLE mask declares its own size and is decoded at that size (20 bytes can declare 40000x40000,
 1.6 GB): its size must be the image's and its run lengths must cover exactly that many pixels.
+A polygon is rasterised by pycocotools with memory in proportion to its coordinates (about 120
+bytes per pixel of extent: ``[0, 0, 4e8, 0, 4e8, 4e8]`` asks for gigabytes, and a failed allocation
+there crashes the process), so its points must lie within the image, give or take
+``POLYGON_MARGIN`` of its longer side.
 """
 import math
 from numbers import Real
 from typing import Any, List, Optional, Tuple
 
 from .problems import (AREA_EMPTY, BAD_RLE, BOX_EMPTY, BOX_NOT_FINITE, BOX_NOT_NUMBERS, BOX_OUTSIDE, BOX_TINY,
-                       POLYGON_DEGENERATE, POLYGON_NOT_NUMBERS)
+                       POLYGON_DEGENERATE, POLYGON_NOT_NUMBERS, POLYGON_OUTSIDE)
 
 
 def _numbers(values: Any) -> bool:
@@ -37,12 +41,23 @@ def box_problem(ann: dict, height: int, width: int) -> Optional[Tuple[str, str]]
     return None
 
 
-def polygon_problem(polygon: Any) -> Optional[Tuple[str, str]]:
-    """(kind, detail) for one polygon of a segmentation that mmdet would drop, else None."""
+# how far outside the image a polygon's points may lie, as a fraction of the image's longer side
+# (annotation tools leave points a little outside; rasterising stays within a few times the image)
+POLYGON_MARGIN = 0.25
+
+
+def polygon_problem(polygon: Any, height: int, width: int) -> Optional[Tuple[str, str]]:
+    """(kind, detail) for one polygon of a segmentation in an image of ``height`` x ``width`` that
+    mmdet would drop or that would be rasterised far beyond the image, else None."""
     if not _numbers(polygon) or len(polygon) % 2 or not all(math.isfinite(v) for v in polygon):
         return POLYGON_NOT_NUMBERS, f'a polygon {str(polygon)[:80]}'
     if len(polygon) < 6:
         return POLYGON_DEGENERATE, f'a polygon of {len(polygon) // 2} point(s)'
+    margin = POLYGON_MARGIN * max(height, width)
+    xs, ys = polygon[0::2], polygon[1::2]
+    if min(xs) < -margin or min(ys) < -margin or max(xs) > width + margin or max(ys) > height + margin:
+        return POLYGON_OUTSIDE, (f'a polygon spanning x {min(xs):g}..{max(xs):g}, y {min(ys):g}..{max(ys):g} '
+                                 f'in an image of {height}x{width}')
     return None
 
 

@@ -15,14 +15,16 @@ from statistics import median
 from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 from mmengine.config import Config
-from mmengine.registry import DATASETS, DefaultScope
-from PIL import Image
+from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
-from .files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
-from .problems import MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
-from .robust import check_sample_files, sample_folders
+from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
+from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
+from .robust import check_sample_files, label_values_problem, sample_folders
+
+IGNORE_INDEX = 255  # the label value segmentation ignores (SkipBadSamples' default, mmseg's)
 
 SPLITS = dict(train='train_dataloader', val='val_dataloader')
 
@@ -80,6 +82,16 @@ def _build(dataset_cfg: dict, scope: str):
         return DATASETS.build(cfg)  # quiet: pycocotools prints its progress
 
 
+def _check_label_values(info: dict, load_labels, classes: int) -> None:
+    """Raise ``BadSample`` for a label map whose values, read as ``load_labels`` (mmseg's
+    ``LoadAnnotations``: ``reduce_zero_label``, a custom classes' ``label_map``) reads them for
+    training, fall outside the classes."""
+    labels = load_labels(dict(copy.deepcopy(info), seg_fields=[]))['gt_seg_map']
+    problem = label_values_problem(np.unique(labels), classes, IGNORE_INDEX)
+    if problem:
+        raise BadSample(LABELS_OUTSIDE, info['seg_map_path'], problem)
+
+
 def _coco_categories(ann_file: str) -> Tuple[str, ...]:
     with open(ann_file) as f:
         return tuple(c['name'] for c in json.load(f).get('categories', []))
@@ -109,10 +121,15 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     for kind, count in getattr(dataset, 'problems', {}).items():  # what CheckedCocoDataset dropped
         report.add_bad(kind, count, dataset.examples[kind])
     folders, max_pixels = sample_folders(dataset), cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
+    if segmentation:
+        with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmengine')):
+            load_labels = TRANSFORMS.build(dict(type='LoadAnnotations'))
     for info in dataset.data_list:
+        size, bad = None, None
         try:
-            check_sample_files(info, folders, max_pixels, decode=True)
-            bad = None
+            size = check_sample_files(info, folders, max_pixels, decode=True)
+            if segmentation and info.get('seg_map_path'):
+                _check_label_values(info, load_labels, len(report.classes))
         except BadSample as exc:
             bad = exc
         if bad and bad.kind == MISSING_IMAGE:
@@ -124,9 +141,8 @@ def check_split(cfg: Config, split: str) -> SplitReport:
         if segmentation:
             has_labels = not (bad and bad.kind == MISSING_LABEL_MAP)
             report.annotations += has_labels
-            if not bad:
-                with Image.open(info['img_path']) as image:
-                    report.sizes.append((image.height, image.width))
+            if size:
+                report.sizes.append(tuple(size))
         else:
             count = sum(1 for inst in info['instances'] if not inst.get('ignore_flag'))
             report.annotations += count

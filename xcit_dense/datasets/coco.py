@@ -1,10 +1,12 @@
 """``CheckedCocoDataset``: COCO instances whose annotations are checked when the file is read.
 
 Boxes that are not four finite numbers or of zero or negative size, polygons that are not
-three or more pairs of numbers, and RLE masks whose size is not the image's (a few bytes can
-declare gigabytes) are dropped with a warning naming the image and annotation, and counted in
-the words of ``problems``; images left without annotations are named too (mmdet drops them from
-training silently). This module imports mmdet: the package
+three or more pairs of numbers or that reach far outside the image, and RLE masks whose size is not
+the image's (a few bytes can declare gigabytes) are dropped with a warning naming the image and
+annotation, and counted in the words of ``problems``. In a validation or test set (``test_mode``) a
+polygon far outside its image is kept instead: the metric would rasterise it from the annotation
+file, so the sample check (``robust``) stops the run at that image. Images left without annotations
+are named too (mmdet drops them from training silently). This module imports mmdet: the package
 imports it only when such a dataset is built or named.
 """
 import logging
@@ -16,7 +18,7 @@ from mmdet.registry import DATASETS as DET_DATASETS
 from mmengine.logging import print_log
 
 from .annotations import box_problem, polygon_problem, rle_problem
-from .problems import NO_ANNOTATIONS, summary
+from .problems import NO_ANNOTATIONS, POLYGON_OUTSIDE, summary
 
 
 @DET_DATASETS.register_module()
@@ -50,7 +52,9 @@ class CheckedCocoDataset(CocoDataset):
             if isinstance(segmentation, list):
                 polygons = []
                 for polygon in segmentation:
-                    problem = polygon_problem(polygon)
+                    problem = polygon_problem(polygon, image['height'], image['width'])
+                    if problem and problem[0] == POLYGON_OUTSIDE and self.test_mode:
+                        problem = None  # kept: the sample check stops validation at it, naming the image
                     if problem:
                         self._drop(problem[0], f'{where}: {problem[1]}')
                     else:

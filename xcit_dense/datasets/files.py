@@ -1,23 +1,36 @@
 """The files of one sample, checked before anything decodes them: a path that stays inside its
 folder, a file that exists, a header whose size is within a pixel limit (a few bytes can declare
-40000x40000 pixels, gigabytes once decoded), and on request a full decode.
+40000x40000 pixels, gigabytes once decoded), and on request a full decode by the decoder the
+pipelines use (OpenCV for images, PIL for label maps), so that a check and training agree on what
+is readable.
+
+Headers are read by PIL. A format PIL does not read (Radiance HDR, OpenEXR, ...) reaches OpenCV
+alone, whose own pixel limit applies (``xcit_dense/pixel_limit.py``). EXIF orientation is ignored:
+images are decoded as stored, as their annotations are drawn (the configs load images with
+``color_type='color_ignore_orientation'``).
 
 Paths are judged normalised (``..`` and absolute names), never resolved: a ``data/coco`` that is
-a symbolic link to the real data is the usual setup, not an escape.
+a symbolic link to the real data is the usual setup, not an escape. So a link inside the data
+folder to a file elsewhere is read like any other file there (docs/security.md).
 """
 import contextlib
 import os
 import warnings
 from typing import Iterator, Optional, Tuple
 
+import cv2
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY, OPENCV_LIMIT_VAR, opencv_limit
 from .problems import (MISSING_IMAGE, MISSING_LABEL_MAP, PATH_OUTSIDE, TOO_MANY_PIXELS, UNREADABLE_IMAGE,
                        UNREADABLE_LABEL_MAP, BadSample)
 
-# 16384 x 8192: far above any dataset image, far below a decoding bomb; config key max_image_pixels
-DEFAULT_MAX_PIXELS = 2 ** 27
-MAX_PIXELS_KEY = 'max_image_pixels'
+__all__ = ['IMAGE', 'LABEL_MAP', 'check_inside', 'check_image_file',
+           'decode_image']
+
+# how OpenCV decodes the pipelines' images: colour, EXIF orientation ignored
+OPENCV_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
 
 IMAGE, LABEL_MAP = 'image', 'label map'
 _KINDS = {IMAGE: (MISSING_IMAGE, UNREADABLE_IMAGE), LABEL_MAP: (MISSING_LABEL_MAP, UNREADABLE_LABEL_MAP)}
@@ -43,28 +56,48 @@ def _headers_of_any_size() -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = limit
 
 
+def decode_image(path: str) -> np.ndarray:
+    """The image as the pipelines decode it (OpenCV, BGR, EXIF orientation ignored); raises
+    ``BadSample`` when OpenCV cannot read it or it is over OpenCV's pixel limit."""
+    data = np.fromfile(path, np.uint8)
+    try:
+        image = cv2.imdecode(data, OPENCV_FLAGS)
+    except cv2.error as exc:
+        if 'validateInputImageSize' in str(exc):
+            raise BadSample(TOO_MANY_PIXELS, path, f'over the limit of OpenCV, which decodes it: '
+                            f'{opencv_limit()} pixels ({OPENCV_LIMIT_VAR})') from None
+        raise BadSample(UNREADABLE_IMAGE, path, f'OpenCV cannot decode it: {str(exc).strip()[:200]}') from None
+    if image is None:
+        raise BadSample(UNREADABLE_IMAGE, path, 'OpenCV cannot decode it (image)')
+    return image
+
+
 def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX_PIXELS,
                      decode: bool = False) -> Optional[Tuple[int, int]]:
     """The (height, width) its header declares, after checking it against ``max_pixels``; with
-    ``decode`` the whole file is decoded too. None for a format PIL does not know (its decoder then
-    has its own limit). Raises ``BadSample`` (missing, unreadable, over the limit)."""
+    ``decode`` the whole file is decoded too, by the pipelines' decoder (OpenCV for an image, PIL
+    for a label map). Without ``decode``, None for a format PIL does not read (OpenCV's own limit
+    then applies when it is decoded). Raises ``BadSample`` (missing, unreadable, over the limit)."""
     missing, unreadable = _KINDS[what]
     if not os.path.isfile(path):
         raise BadSample(missing, path, 'no such file')
+    size = None
     try:
         with _headers_of_any_size(), Image.open(path) as image:
             width, height = image.size
             if width * height > max_pixels:
                 raise BadSample(TOO_MANY_PIXELS, path, f'its header declares {width}x{height} pixels, over the '
                                 f'limit of {max_pixels} ({MAX_PIXELS_KEY})')
-            if decode:
+            size = height, width
+            if decode and what == LABEL_MAP:
                 image.load()
     except UnidentifiedImageError:
-        if decode:
+        if decode and what == LABEL_MAP:
             raise BadSample(unreadable, path, f'PIL cannot read it ({what})') from None
-        return None
     except BadSample:
         raise
     except Exception as exc:  # PIL's errors for damaged files: OSError, SyntaxError, zlib's, ...
         raise BadSample(unreadable, path, f'{type(exc).__name__}: {exc}') from None
-    return height, width
+    if decode and what == IMAGE:
+        size = decode_image(path).shape[:2]
+    return size

@@ -16,6 +16,7 @@ BOX_OUTSIDE = 'boxes outside the image'
 AREA_EMPTY = 'annotations of zero or negative area'
 POLYGON_DEGENERATE = 'polygons with fewer than three points'
 POLYGON_NOT_NUMBERS = 'polygons that are not pairs of finite numbers'
+POLYGON_OUTSIDE = 'polygons reaching far outside the image'
 BAD_RLE = 'bad RLE masks'
 NO_ANNOTATIONS = 'images without annotations'
 
@@ -27,6 +28,7 @@ UNREADABLE_IMAGE = 'unreadable images'
 UNREADABLE_LABEL_MAP = 'unreadable label maps'
 TOO_MANY_PIXELS = 'images over the pixel limit'
 LABELS_OUTSIDE = 'label values outside the classes'
+LABEL_MAP_SIZE = 'label maps of another size than their image'
 PIPELINE_FAILED = 'samples the pipeline failed on'
 
 

@@ -2,24 +2,27 @@
 validation and test sets.
 
 Before the pipeline decodes a sample, its files are checked (``files``): paths that stay in their
-folder, headers within the pixel limit (config key ``max_image_pixels``), RLE masks of the
-image's real size. A sample that fails, there or in the pipeline, is
-named with its kind (``problems``). Training reports, counts and replaces it, so an epoch is never
+folder, headers within the pixel limit (config key ``max_image_pixels``), a label map of its image's
+size, RLE masks of the image's real size and polygons within it. A sample that fails, there or in
+the pipeline, is named with its kind (``problems``). Training reports, counts and replaces it, so an epoch is never
 lost to one bad sample; validation and test stop, naming the file, since a metric over fewer
 images would be wrong.
 """
 import logging
 import random
 from collections import Counter
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 from mmengine.logging import print_log
 from mmengine.registry import DATASETS
+from pycocotools import mask as mask_utils
 
-from .annotations import rle_problem
-from .files import DEFAULT_MAX_PIXELS, IMAGE, LABEL_MAP, check_image_file, check_inside
-from .problems import LABELS_OUTSIDE, PIPELINE_FAILED, BadSample, summary
+from .annotations import polygon_problem, rle_problem
+from ..pixel_limit import DEFAULT_MAX_PIXELS
+from .files import IMAGE, LABEL_MAP, check_image_file, check_inside
+from .problems import (BAD_RLE, LABEL_MAP_SIZE, LABELS_OUTSIDE, PIPELINE_FAILED, POLYGON_OUTSIDE, BadSample,
+                       summary)
 
 # the data_prefix keys of each sample path (mmdet's, then mmseg's names)
 _FILES = (('img_path', IMAGE, ('img', 'img_path')), ('seg_map_path', LABEL_MAP, ('seg', 'seg_map_path')))
@@ -31,22 +34,58 @@ def sample_folders(dataset: Any) -> Dict[str, str]:
     return {key: next((prefix[k] for k in keys if prefix.get(k)), root) for key, _, keys in _FILES}
 
 
+def mask_problem(mask: Any, height: int, width: int, decode: bool = False) -> Optional[Tuple[str, str]]:
+    """(kind, detail) for an instance mask that would crash or blow up its decoding in an image of
+    ``height`` x ``width`` (a polygon far outside, a bad RLE; with ``decode``, an RLE that
+    pycocotools, training's decoder, refuses), else None."""
+    if not mask:
+        return None
+    if isinstance(mask, list):
+        for polygon in mask:
+            problem = polygon_problem(polygon, height, width)
+            if problem and problem[0] == POLYGON_OUTSIDE:  # the others mmdet drops or fails on by itself
+                return problem
+        return None
+    problem = rle_problem(mask, height, width)
+    if problem or not decode:
+        return problem
+    try:  # as mmdet's LoadAnnotations decodes it
+        rle = mask_utils.frPyObjects(mask, height, width) if isinstance(mask['counts'], list) else mask
+        mask_utils.decode(rle)
+    except Exception as exc:  # pycocotools' errors: TypeError, ValueError, ...
+        return BAD_RLE, f'an RLE pycocotools cannot decode: {type(exc).__name__}: {exc}'
+    return None
+
+
 def check_sample_files(info: dict, folders: Dict[str, str], max_pixels: int = DEFAULT_MAX_PIXELS,
-                       decode: bool = False) -> None:
-    """Check one sample's files before decoding (with ``decode``, decode them too); raises BadSample."""
+                       decode: bool = False) -> Optional[Tuple[int, int]]:
+    """Check one sample's files before decoding (with ``decode``, decode them too, as the pipelines
+    do) and what its annotations ask the decoders for; raises BadSample. Returns the image's
+    (height, width) where known (see ``check_image_file``)."""
+    sizes = {}
     for key, what, _ in _FILES:
         path = info.get(key)
-        if not path:
-            continue
-        check_inside(path, folders[key])
-        size = check_image_file(path, what, max_pixels, decode)
-        if key != 'img_path' or size is None:
-            continue
+        if path:
+            check_inside(path, folders[key])
+            sizes[key] = check_image_file(path, what, max_pixels, decode)
+    image, labels = sizes.get('img_path'), sizes.get('seg_map_path')
+    if image and labels and tuple(image) != tuple(labels):
+        raise BadSample(LABEL_MAP_SIZE, info['seg_map_path'], f'{labels[0]}x{labels[1]} pixels, its image '
+                        f'{info["img_path"]} {image[0]}x{image[1]}')
+    if image:
         for instance in info.get('instances', ()):
-            mask = instance.get('mask')
-            problem = rle_problem(mask, *size) if mask and not isinstance(mask, list) else None
+            problem = mask_problem(instance.get('mask'), *image, decode)
             if problem:
-                raise BadSample(problem[0], path, problem[1])
+                raise BadSample(problem[0], info['img_path'], problem[1])
+    return image
+
+
+def label_values_problem(values: np.ndarray, classes: int, ignore_index: int) -> Optional[str]:
+    """What is wrong with a label map's (unique) values for ``classes`` classes, or None."""
+    bad = [int(v) for v in values if v != ignore_index and not 0 <= v < classes]
+    if bad:
+        return f'label values {bad} outside the {classes} classes (0..{classes - 1}, ignore {ignore_index})'
+    return None
 
 
 def _diagnose(info: dict, folders: Dict[str, str], max_pixels: int, exc: Exception) -> BadSample:
@@ -85,13 +124,11 @@ class _CheckedSamples:
         data_sample = sample.get('data_samples')
         if data_sample is None or 'gt_sem_seg' not in data_sample:
             return
-        values = np.unique(data_sample.gt_sem_seg.data.numpy())
-        classes = len(self.metainfo.get('classes', ()))
-        bad = [int(v) for v in values if v != self.ignore_index and not 0 <= v < classes]
-        if bad:
+        problem = label_values_problem(np.unique(data_sample.gt_sem_seg.data.numpy()),
+                                       len(self.metainfo.get('classes', ())), self.ignore_index)
+        if problem:
             raise BadSample(LABELS_OUTSIDE, info.get('seg_map_path') or f'sample of {info.get("img_path")}',
-                            f'label values {bad} outside the {classes} classes (0..{classes - 1}, '
-                            f'ignore {self.ignore_index})')
+                            problem)
 
     def load(self, idx: int) -> dict:
         """Sample ``idx`` through the pipeline, its files checked first; raises BadSample."""

@@ -19,7 +19,7 @@ from mmengine.logging import print_log
 
 from ..builder import load_config
 from ..checkpoint import ATOMIC_WRITES, allow_mmengine_checkpoints
-from ..datasets.files import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
+from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .cuda_ops import check_cuda_ops

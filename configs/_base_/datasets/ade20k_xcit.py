@@ -2,9 +2,11 @@
 # Padding crops to 512x512 (label 255) is done by the model's SegDataPreProcessor (size).
 dataset_type = 'ADE20KDataset'
 data_root = 'data/ade/ADEChallengeData2016'
+# images are decoded as stored, EXIF orientation ignored: annotations are drawn on the stored pixels
+color_type = 'color_ignore_orientation'
 crop_size = (512, 512)
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='LoadAnnotations', reduce_zero_label=True),
     dict(type='RandomResize', scale=(2048, 512), ratio_range=(0.5, 2.0), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
@@ -14,7 +16,7 @@ train_pipeline = [
 ]
 # whole-image, single-scale test
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(type='Resize', scale=(2048, 512), keep_ratio=True),
     # annotations are loaded after Resize: mIoU is computed at the original resolution
     dict(type='LoadAnnotations', reduce_zero_label=True),
@@ -52,7 +54,7 @@ test_evaluator = val_evaluator
 # (test_pipeline above; the authors' config has these ratios commented out).
 img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
 tta_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', color_type=color_type),
     dict(
         type='TestTimeAug',
         transforms=[

@@ -3,12 +3,14 @@
 # DetDataPreprocessor (pad_size_divisor=32), not in the pipeline.
 dataset_type = 'CheckedCocoDataset'
 data_root = 'data/coco/'
+# images are decoded as stored, EXIF orientation ignored: annotations are drawn on the stored pixels
+color_type = 'color_ignore_orientation'
 backend_args = None
 
 # short side 480..800 in steps of 32, long side at most 1333
 multi_scales = [(1333, short) for short in range(480, 801, 32)]
 train_pipeline = [
-    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='LoadImageFromFile', color_type=color_type, backend_args=backend_args),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='RandomFlip', prob=0.5),
     # one of two policies per image: (a) multi-scale resize; (b) resize to short side
@@ -31,7 +33,7 @@ train_pipeline = [
     dict(type='PackDetInputs'),
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='LoadImageFromFile', color_type=color_type, backend_args=backend_args),
     dict(type='Resize', scale=(1333, 800), keep_ratio=True),
     # annotations are loaded after Resize: the metric compares with the original boxes
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),

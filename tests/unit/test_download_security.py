@@ -1,0 +1,145 @@
+"""Downloads as an attacker would bend them: an https URL redirected to plain http, a stream without
+a length that never ends, and a co-user's folder or link planted in a group-shared TORCH_HOME. The
+server is a real https one on loopback, its self-signed certificate trusted through SSL_CERT_FILE."""
+import http.server
+import os
+import shutil
+import ssl
+import subprocess
+import threading
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+import torch
+
+from helpers import CAPABILITY_MISSING
+from xcit_dense import download
+from xcit_dense.checkpoint import CheckpointError, read_checkpoint
+from xcit_dense.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
+    """An https server on 127.0.0.1: /model.pth (a checkpoint), /to-http and /to-https (redirects to
+    the plain http ``file_server``'s copy and to /model.pth), /endless (3 MiB without a length) and
+    /declared (a length of 3 MiB declared)."""
+    if not shutil.which('openssl'):
+        pytest.skip(CAPABILITY_MISSING + 'openssl, which makes the test server\'s certificate')
+    cert, key = tmp_path / 'cert.pem', tmp_path / 'key.pem'
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+                    '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', str(key), '-out', str(cert)],
+                   check=True, capture_output=True)
+    monkeypatch.setenv('SSL_CERT_FILE', str(cert))
+    monkeypatch.delenv(ALLOW_HTTP, raising=False)
+    www = tmp_path / 'https'
+    www.mkdir()
+    torch.save({'state_dict': {'w': torch.arange(3.0)}}, www / 'model.pth')
+    (file_server['root'] / 'model.pth').write_bytes((www / 'model.pth').read_bytes())
+    served = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served.append(self.path)
+            base = f'https://127.0.0.1:{self.server.server_address[1]}'
+            redirects = {'/to-http': f"{file_server['url']}/model.pth", '/to-https': f'{base}/model.pth'}
+            if self.path in redirects:
+                self.send_response(302)
+                self.send_header('Location', redirects[self.path])
+                self.end_headers()
+            elif self.path == '/model.pth':
+                body = (www / 'model.pth').read_bytes()
+                self.send_response(200)
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path in ('/endless', '/declared'):
+                self.send_response(200)
+                if self.path == '/declared':
+                    self.send_header('Content-Length', str(3 * MIB))
+                self.end_headers()
+                try:
+                    for _ in range(3 * 16):
+                        self.wfile.write(b'\0' * (MIB // 16))
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    pass  # the client stopped reading at its limit
+            else:
+                self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        protocol_version = 'HTTP/1.0'  # the end of a body without a length is the connection's end
+
+    server = Server(('127.0.0.1', 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield dict(url=f'https://127.0.0.1:{server.server_address[1]}', served=served, http=file_server)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_https_redirects_stay_https_and_the_log_names_the_source(https_server, monkeypatch):
+    """Before, urllib followed https -> http silently and the log named only the https URL."""
+    with pytest.raises(CheckpointError, match=r'model\.pth \(redirected from https://.*/to-http\): plain http is refused'):
+        read_checkpoint(f"{https_server['url']}/to-http")
+    assert https_server['http']['hits'] == {}  # the http copy was never asked for
+    assert not os.path.exists(cache_path(f"{https_server['url']}/to-http"))
+    logged = []
+    monkeypatch.setattr(download, 'print_log', lambda message, **kwargs: logged.append(message))
+    checkpoint = read_checkpoint(f"{https_server['url']}/to-https")
+    assert torch.equal(checkpoint['state_dict']['w'], torch.arange(3.0))
+    assert any(f"(redirected to {https_server['url']}/model.pth)" in line for line in logged), logged
+
+
+@pytest.mark.parametrize('path', ['/endless', '/declared'])
+def test_a_download_stops_at_the_size_limit(https_server, monkeypatch, path):
+    """3 MiB against a 1 MiB limit: refused, with or without a declared length; nothing is cached."""
+    monkeypatch.setenv(MAX_BYTES, str(MIB))
+    url = https_server['url'] + path
+    with pytest.raises(CheckpointError, match=rf'over the limit of {MIB}|more than {MIB} bytes'):
+        read_checkpoint(url)
+    folder = Path(cache_path(url)).parent
+    assert sorted(p.name for p in folder.iterdir()) == ['.lock']  # no file, no partial one
+
+
+def test_a_planted_cache_folder_or_link_is_refused(https_server, tmp_path):
+    """A co-user of a group-shared TORCH_HOME plants the URL's cache folder (its name is predictable):
+    as a link to the victim's ~/.ssh, as their own folder, or as a folder whose .lock is a link."""
+    url = f"{https_server['url']}/model.pth"
+    folder = Path(cache_path(url)).parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / 'victim_ssh'
+    victim.mkdir()
+    folder.symlink_to(victim)
+    with pytest.raises(CheckpointError, match='refused'):
+        read_checkpoint(url)
+    assert list(victim.iterdir()) == []  # before: .lock and model.pth landed here
+    folder.unlink()
+    folder.mkdir()
+    os.chown(folder, 65534, 65534)  # nobody's
+    with pytest.raises(CheckpointError, match='belongs to another user'):
+        read_checkpoint(url)
+    assert list(folder.iterdir()) == []
+    os.chown(folder, os.geteuid(), os.getegid())
+    (folder / '.lock').symlink_to(victim / 'authorized_keys')
+    with pytest.raises(CheckpointError, match=r'\.lock .*refused'):
+        read_checkpoint(url)
+    assert list(victim.iterdir()) == []
+    (folder / '.lock').unlink()
+    assert torch.equal(read_checkpoint(url)['state_dict']['w'], torch.arange(3.0))  # the user's own folder
+
+
+def test_a_bad_size_limit_is_named(monkeypatch):
+    monkeypatch.setenv(MAX_BYTES, 'lots')
+    with pytest.raises(DownloadError, match=f"{MAX_BYTES}='lots' is not a number"):
+        download.max_download_bytes()

@@ -40,6 +40,7 @@ setup(
     long_description=(HERE / 'README.md').read_text(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['xcit_dense', 'xcit_dense.*', 'xcit_launch']),
+    package_data={'xcit_dense.acceptance': ['ops_goldens.pt']},  # compiled mmcv's outputs, for the GPU check
     python_requires='>=3.10',
     install_requires=read_requirements('runtime.txt') + read_requirements('mmcv.txt'),
     extras_require={'tests': read_requirements('tests.txt')},

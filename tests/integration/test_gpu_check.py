@@ -30,7 +30,7 @@ def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_bac
     assert list(steps) == ['ops', 'det_train', 'seg_train', 'launch', 'compile', 'benchmark'], stderr[-3000:]
     assert returncode == 0, {k: v['failed'] for k, v in steps.items()}
     assert not any(v['failed'] for v in steps.values())
-    assert steps['ops']['all_ok'] and len(steps['ops']['rows']) == 5
+    assert steps['ops']['all_ok'] and len(steps['ops']['rows']) == 19
     det = {row['precision']: row for row in steps['det_train']['rows']}
     assert torch.isfinite(torch.tensor(det['fp32']['loss'])) and 'loss_mask' in det['fp32']['losses']
     assert det['fp16']['skipped'].startswith('not run') and torch.isfinite(torch.tensor(det['bf16']['loss']))
@@ -45,13 +45,13 @@ def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_bac
     assert launch['exit_status'] == 0 and launch['backend'] == launch['expected_backend'] == 'gloo'
     assert 'world size 1' in launch['plan']
     markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()
-    assert '## ops' in markdown and '| roi_align (mask targets) |' in markdown
+    assert '## ops' in markdown and '| mask targets (crop_and_resize) |' in markdown
 
 
 def test_a_failing_step_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
     written = []
 
-    def broken(device, tiny):
+    def broken(device):
         written.append(json.loads((tmp_path / 'gpu_check.json').read_text())['steps'])
         raise RuntimeError('no kernel image is available')
 
@@ -67,26 +67,31 @@ def test_a_failing_step_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
     assert 'error: RuntimeError: no kernel image' in (tmp_path / 'gpu_check.md').read_text()
 
 
+def _shifted_roi_align(monkeypatch) -> None:
+    """mmcv.ops.roi_align, its outputs shifted by 1e-3 (about 5e-4 of the largest golden value)."""
+    import mmcv.ops
+    real = mmcv.ops.roi_align
+    monkeypatch.setattr(mmcv.ops, 'roi_align', lambda *a, **k: real(*a, **k) + 1e-3)
+
+
 def test_ops_disagreeing_beyond_the_tolerance_are_flagged(monkeypatch):
-    import torchvision
-    real = torchvision.ops.roi_align
-    monkeypatch.setattr(torchvision.ops, 'roi_align', lambda *a, **k: real(*a, **k) + 1e-3)
-    result = gpu_check.check_ops(torch.device('cpu'), tiny=True)
+    _shifted_roi_align(monkeypatch)
+    result = gpu_check.check_ops(torch.device('cpu'))
     flagged = {row['op'] for row in result['rows'] if not row['ok']}
-    assert not result['all_ok'] and {'RoIAlign (mmcv kernel)', 'roi_align (mask targets)'} <= flagged
-    assert not flagged & {'nms (kept indices)', 'batched_nms (kept indices)'}
+    assert not result['all_ok'] and {'roi_align aligned=True sampling=0', 'roi_align aligned=False sampling=2',
+                                     'roi_align from channels_last features'} <= flagged
+    assert not {op for op in flagged if 'nms' in op or 'backward' in op}
 
 
 def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatch):
-    """mmcv's real kernels against a reference shifted by 1e-3: the check exits 1, naming the ops."""
-    import torchvision
-    real = torchvision.ops.roi_align
-    monkeypatch.setattr(torchvision.ops, 'roi_align', lambda *a, **k: real(*a, **k) + 1e-3)
+    """The installed kernels shifted by 1e-3 against the goldens: the check exits 1, naming the ops."""
+    _shifted_roi_align(monkeypatch)
     status = gpu_check.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
     ops = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['ops']
     assert status == 1 and ops['all_ok'] is False
-    assert any(reason.startswith('RoIAlign (mmcv kernel)') for reason in ops['failed'])
-    assert 'FAILED: roi_align (mask targets)' in (tmp_path / 'gpu_check.md').read_text()
+    assert any(reason.startswith('roi_align aligned=True sampling=0: max relative difference')
+               for reason in ops['failed'])
+    assert 'FAILED: roi_align aligned=False sampling=0' in (tmp_path / 'gpu_check.md').read_text()
 
 
 LAUNCH_OK = dict(exit_status=0, plan='Run plan: world size 1, backend gloo', backend='gloo', syncbn_kept=True,
@@ -174,12 +179,3 @@ def test_a_budget_cut_kills_the_running_subprocess_and_its_children(tmp_path):
         with gpu_check._budget(1):
             gpu_check.run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
     assert _gone(int((tmp_path / 'pid').read_text()))
-
-
-def test_nms_pairs_at_the_threshold_are_left_out_of_the_comparison():
-    boxes = torch.tensor([[0., 0., 2., 1.], [0., 0., 1., 1.],         # IoU exactly 0.5
-                          [10., 10., 12., 11.], [10., 10., 11.01, 11.],  # IoU 0.505
-                          [20., 20., 21., 21.]])
-    assert gpu_check.clear_of_threshold(boxes, 0.5).tolist() == [False, False, True, True, True]
-    assert gpu_check.clear_of_threshold(boxes, 0.505, margin=1e-3).tolist() == [True, True, False, False, True]
-

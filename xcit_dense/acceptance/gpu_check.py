@@ -2,13 +2,13 @@
 exit status 1 when a step failed.
 
 Six steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
-as it is measured (a check cut short keeps what it measured): mmcv's CUDA ops against its CPU ops;
+as it is measured (a check cut short keeps what it measured): the installed mmcv ops against the
+golden outputs of compiled mmcv 2.1.0 (``ops_goldens.py``);
 a training iteration of Mask R-CNN (XCiT-S12/16 and mmdet's Swin-T) and of UperNet XCiT-S12/16 in
 fp32, fp16 (dynamic loss scaling) and bf16; a one-process run through ``tools/dist_train.sh``;
 ``torch.compile`` of the backbone; the benchmark (written after each backbone). Each step may have
 a time budget, past which it is cut and recorded as such. A step fails when it raises and when its
-results say so (see ``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too,
-where the ops are checked against torchvision's instead of the CPU's own.
+results say so (see ``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too.
 """
 import argparse
 import csv
@@ -30,6 +30,7 @@ import torch
 
 from xcit_launch.bounded import run_bounded
 
+from . import ops_goldens
 from ..benchmark.measure import Timer, random_samples
 from ..engine import check_cuda_ops
 from ..tasks import task_of_model
@@ -39,11 +40,6 @@ PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
 # Known to fail, and why: mmcv's CPU RoIAlign has no half kernel ("expected scalar type Float but found Half").
 CPU_DET_SKIP = {'fp16': "not run: mmcv's CPU RoIAlign has no half-precision kernel"}
 SWIN_T_MASK_RCNN = 'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'  # in mmdet's installed configs
-OPS_TOLERANCE = 1e-4
-NMS_THRESHOLD = 0.5
-# CUDA's nms suppresses a box when inter > t * union, the CPU's when inter / union > t: at an IoU this
-# close to t they may disagree, so boxes with such a pair are left out of the comparison.
-NMS_TIE_MARGIN = 1e-6
 LAUNCH_TIMEOUT_S = 600  # far below NCCL's 30-minute collective timeout
 STEPS = ('ops', 'det_train', 'seg_train', 'launch', 'compile', 'benchmark')  # most valuable first
 NEEDS_NO_COMPILED_OP = ('compile', 'benchmark')  # what still runs where mmcv's ops failed to build
@@ -115,73 +111,9 @@ def header(device: torch.device, tiny: bool) -> dict:
 
 # 1. compiled ops --------------------------------------------------------------------------
 
-def _random_boxes(n: int, size: float, gen: torch.Generator) -> torch.Tensor:
-    xy = torch.rand(n, 2, generator=gen) * size * 0.8
-    wh = 2 + torch.rand(n, 2, generator=gen) * size * 0.3
-    return torch.cat([xy, xy + wh], 1)
-
-
-def clear_of_threshold(boxes: torch.Tensor, threshold: float, margin: float = NMS_TIE_MARGIN) -> torch.Tensor:
-    """A mask of the boxes whose IoU with every other box is farther than ``margin`` from
-    ``threshold`` (where the CUDA and CPU kernels' comparisons cannot disagree)."""
-    import torchvision
-    iou = torchvision.ops.box_iou(boxes.double(), boxes.double())
-    near = (iou - threshold).abs() <= margin
-    near.fill_diagonal_(False)
-    return ~near.any(1)
-
-
-def check_ops(device: torch.device, tiny: bool) -> dict:
-    """mmcv's ops on ``device`` against the CPU ones (on a CPU: against torchvision's)."""
-    import torchvision
-    from mmcv.ops import RoIAlign, batched_nms, nms, roi_align
-    gen = torch.Generator().manual_seed(0)
-    n, size, channels = (200, 64.0, 8) if tiny else (5000, 800.0, 256)
-    boxes, scores = _random_boxes(n, size, gen), torch.rand(n, generator=gen)
-    idxs = torch.randint(0, 20, (n,), generator=gen)
-    clear = clear_of_threshold(boxes, NMS_THRESHOLD)
-    boxes, scores, idxs = boxes[clear], scores[clear], idxs[clear]
-    feats = torch.randn(2, channels, int(size) // 4, int(size) // 4, generator=gen)
-    rois = torch.cat([torch.randint(0, 2, (64, 1), generator=gen).float(), _random_boxes(64, size, gen)], 1)
-    gt_masks = (torch.rand(8, 1, int(size), int(size), generator=gen) > 0.5).float()
-    mask_rois = torch.cat([torch.arange(8).float()[:, None], _random_boxes(8, size, gen)], 1)
-    on_gpu = device.type == 'cuda'
-    reference = 'mmcv on the CPU' if on_gpu else 'torchvision on the CPU'
-
-    def to(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device)
-
-    rows = []
-
-    def compare(name: str, got: torch.Tensor, want: torch.Tensor, exact: bool = False) -> None:
-        got, want = got.detach().cpu(), want.detach().cpu()
-        same_shape = got.shape == want.shape
-        diff = (got.float() - want.float()).abs().max().item() if same_shape and got.numel() else 0.0
-        ok = same_shape and (torch.equal(got, want) if exact else diff <= OPS_TOLERANCE)
-        rows.append(dict(op=name, shape=tuple(got.shape), max_abs_diff=diff if same_shape else None, ok=ok))
-
-    t = NMS_THRESHOLD
-    _, keep = nms(to(boxes), to(scores), t)
-    ref_keep = nms(boxes, scores, t)[1] if on_gpu else torchvision.ops.nms(boxes, scores, t)
-    compare('nms (kept indices)', keep, ref_keep, exact=True)
-    _, keep = batched_nms(to(boxes), to(scores), to(idxs), dict(type='nms', iou_threshold=t))
-    ref_keep = (batched_nms(boxes, scores, idxs, dict(type='nms', iou_threshold=t))[1] if on_gpu
-                else torchvision.ops.batched_nms(boxes, scores, idxs, t))
-    compare('batched_nms (kept indices)', keep, ref_keep, exact=True)
-    for use_torchvision in (False, True):
-        layer = RoIAlign((7, 7), spatial_scale=0.25, sampling_ratio=0, aligned=True,
-                         use_torchvision=use_torchvision)
-        want = (layer(feats, rois) if on_gpu else
-                torchvision.ops.roi_align(feats, rois, (7, 7), 0.25, 0, aligned=True))
-        compare(f"RoIAlign ({'torchvision' if use_torchvision else 'mmcv'} kernel)",
-                layer(to(feats), to(rois)), want)
-    # mmdet's mask targets: BitmapMasks.crop_and_resize calls roi_align(masks, rois, size, 1.0, 0, 'avg', True)
-    got = roi_align(to(gt_masks), to(mask_rois), (28, 28), 1.0, 0, 'avg', True)
-    want = (roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, 'avg', True) if on_gpu else
-            torchvision.ops.roi_align(gt_masks, mask_rois, (28, 28), 1.0, 0, aligned=True))
-    compare('roi_align (mask targets)', got, want)
-    return dict(rows=rows, reference=reference, tolerance=OPS_TOLERANCE, all_ok=all(r['ok'] for r in rows),
-                nms_boxes_left_out_near_threshold=int((~clear).sum()))
+def check_ops(device: torch.device) -> dict:
+    """The installed mmcv ops on ``device`` against compiled mmcv 2.1.0's golden outputs (ops_goldens.py)."""
+    return ops_goldens.compare(ops_goldens.load_goldens(), device)
 
 
 # 2.-3. training iterations ---------------------------------------------------------------
@@ -375,8 +307,8 @@ def step_failures(step: str, result: dict) -> List[str]:
             reasons.append(f"{label}: {row['error']}")
         elif row.get('status') == 'error':
             reasons.append(f"{label}: {row.get('note', 'error')}")
-        elif row.get('ok') is False:
-            reasons.append(f'{label}: disagrees with the reference (max abs diff {_fmt(row.get("max_abs_diff"))})')
+    if step == 'ops' and 'rows' in result:
+        reasons += [f'{failure} (against the goldens)' for failure in ops_goldens.failures(result)]
     if step == 'ops' and result.get('all_ok') is False and not reasons:
         reasons.append('all_ok is False')
     if step == 'launch' and 'error' not in result:
@@ -408,7 +340,7 @@ def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[L
         return run_benchmark_tool(device, tiny, out_dir, progress, deadline)
 
     plan = {
-        'ops': lambda deadline: check_ops(device, tiny),
+        'ops': lambda deadline: check_ops(device),
         'det_train': lambda deadline: dict(rows=[
             dict(model=name, **row)
             for name, cfg in (('Mask R-CNN XCiT-S12/16', det), ('Mask R-CNN Swin-T (mmdet)', swin)) if cfg

@@ -9,6 +9,7 @@ and renamed into place, so a kill while saving never leaves a truncated checkpoi
 checkpoint's name and a link planted in a shared work dir is never followed. The authors' released
 detectors and segmentors are read in this toolkit's layout (``models/weights.py`` maps them).
 """
+import io
 import os
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
 __all__ = ['CheckpointError', 'read_checkpoint', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
-           'check_matches_model', 'diff_keys', 'AtomicLocalBackend', 'ATOMIC_WRITES']
+           'check_matches_model', 'diff_keys', 'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
 _UMASK = os.umask(0)
@@ -166,6 +167,14 @@ class AtomicLocalBackend(LocalBackend):
 
 register_backend('atomic_local', AtomicLocalBackend, force=True)
 ATOMIC_WRITES = dict(backend='atomic_local')  # the ``backend_args`` of a checkpoint written through it
+
+
+def write_checkpoint(obj: Any, path: str) -> None:
+    """``torch.save`` of ``obj`` to ``path`` through :class:`AtomicLocalBackend` (never a half-written
+    file under its name, never through a link planted beside it)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    AtomicLocalBackend().put(buffer.getvalue(), path)
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,7 @@ outside the list.
 import io
 import os
 import pickletools
+import re
 import zipfile
 from math import prod
 from pickle import UnpicklingError
@@ -47,35 +48,66 @@ def history_buffer_method(obj: Any, name: str) -> Any:
                           f"the statistics methods of MMEngine's HistoryBuffer")
 
 
-def _qualname(obj: Any) -> str:
-    return f'{obj.__module__}.{obj.__qualname__}'
+class ArrayTypeName:
+    """What the name ``numpy.ndarray`` resolves to in a checkpoint: the array type as numpy's pickles
+    hand it to ``_reconstruct``, never a constructor. Called directly, ``ndarray((1,), 'O',
+    b'AAAAAAAA')`` is an object array whose element is the raw pointer 0x4141...: any use of it
+    crashes the process (exit 139)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> 'ArrayTypeName':
+        raise UnpicklingError('numpy.ndarray is called directly: a checkpoint may rebuild arrays only '
+                              "through numpy's _reconstruct (an empty array, then its data)")
 
 
+def rebuild_array(array_type: Any, shape: Any, code: Any) -> np.ndarray:
+    """numpy's ``_reconstruct`` as numpy pickles arrays, ``(ndarray, (0,), b'b')``: an empty array
+    that the pickle's BUILD then fills through ``ndarray.__setstate__``, which checks the data's
+    length against shape and dtype (a numeric one: :func:`numeric_dtype`)."""
+    if array_type is not ArrayTypeName or shape != (0,) or code not in (b'b', 'b'):
+        raise UnpicklingError(f'_reconstruct({array_type!r}, {shape!r}, {code!r}) is refused: numpy '
+                              f"pickles its arrays as _reconstruct(ndarray, (0,), b'b')")
+    return np._core.multiarray._reconstruct(np.ndarray, (0,), b'b')
+
+
+def numeric_dtype(code: Any, align: Any = False, copy: Any = False) -> np.dtype:
+    """``numpy.dtype`` of a numeric type code only (``'f8'``, ``'i4'``, ``'b1'``, ...): no object,
+    string, structured or void dtype, whose arrays could hold pointers."""
+    if not (isinstance(code, str) and re.fullmatch(r'[<>=|]?[biufc][0-9]{1,2}', code)):
+        raise UnpicklingError(f'numpy.dtype({code!r}) is refused: a checkpoint may hold numeric numpy '
+                              f'values only')
+    return np.dtype(code, bool(align), bool(copy))
+
+
+# name -> what it resolves to, for torch's weights-only unpickler and the scan; numpy 1.x wrote its
+# arrays and scalars under numpy.core
 _TOOLKIT_GLOBALS: Dict[str, Any] = {
-    _qualname(obj): obj for obj in (HistoryBuffer, np.ndarray, np.dtype,
-                                    np._core.multiarray._reconstruct, np._core.multiarray.scalar,
-                                    *_NUMPY_DTYPES)}
-_TOOLKIT_GLOBALS['builtins.getattr'] = history_buffer_method
-# numpy 1.x wrote its arrays and scalars under numpy.core
-_ALIASES = {'numpy.core.multiarray._reconstruct': 'numpy._core.multiarray._reconstruct',
-            'numpy.core.multiarray.scalar': 'numpy._core.multiarray.scalar'}
+    'mmengine.logging.history_buffer.HistoryBuffer': HistoryBuffer,
+    'builtins.getattr': history_buffer_method,
+    'numpy.ndarray': ArrayTypeName,
+    'numpy.dtype': numeric_dtype,
+    'numpy._core.multiarray._reconstruct': rebuild_array,
+    'numpy.core.multiarray._reconstruct': rebuild_array,
+    'numpy._core.multiarray.scalar': np._core.multiarray.scalar,
+    'numpy.core.multiarray.scalar': np._core.multiarray.scalar,
+    **{f'{cls.__module__}.{cls.__qualname__}': cls for cls in _NUMPY_DTYPES}}
+# torch's unpickler runs BUILD (``__setstate__``) only on instances of listed types: the array type
+# is listed under a name with a newline, which no pickle can spell (GLOBAL reads names by line)
+_BUILD_ONLY = {'numpy.ndarray\n(BUILD only)': np.ndarray}
 
 
 def allow_mmengine_checkpoints() -> None:
     """Let ``torch.load(weights_only=True)`` read MMEngine's checkpoints, and nothing more.
 
-    Process-wide (mmdet's and mmseg's own tools and inferencers read through torch's default),
-    so nothing registered here reaches code: ``builtins.getattr`` is :func:`history_buffer_method`.
+    Process-wide (mmdet's and mmseg's own tools and inferencers read through torch's default), so
+    nothing registered here reaches code or raw memory: ``builtins.getattr`` is
+    :func:`history_buffer_method`, and arrays are rebuilt only as numpy pickles them, of numeric dtypes.
     """
-    torch.serialization.add_safe_globals(
-        [obj for name, obj in _TOOLKIT_GLOBALS.items() if name != 'builtins.getattr']
-        + [(history_buffer_method, 'builtins.getattr')]
-        + [(_TOOLKIT_GLOBALS[new], old) for old, new in _ALIASES.items()])
+    torch.serialization.add_safe_globals([(obj, name) for name, obj in {**_TOOLKIT_GLOBALS, **_BUILD_ONLY}.items()])
 
 
 def allowed_globals() -> set:
     """The dotted names a checkpoint may name: torch's defaults and MMEngine's few."""
-    return set(_get_allowed_globals()) | set(_TOOLKIT_GLOBALS) | set(_ALIASES)
+    return set(_get_allowed_globals()) | set(_TOOLKIT_GLOBALS)
 
 
 class DamagedCheckpoint(UnpicklingError):
@@ -231,16 +263,17 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
 def inspect_checkpoint(path: str) -> None:
     """Check ``path`` before ``torch.load`` reads it; raises ``UnpicklingError`` naming the problem.
 
-    A torch zip archive: every record's size (deflated ones after expansion) must fit the file,
-    and its pickle passes :func:`scan_pickle`. A legacy (non-zip) file: its pickles pass it.
+    Zip or legacy is decided as torch decides (the file's first bytes, not ``zipfile.is_zipfile``,
+    which finds a zip appended to a legacy stream). A torch zip archive: every record's size
+    (deflated ones after expansion) must fit the file, it must hold exactly one ``data.pkl``, the one
+    torch reads, and that pickle passes :func:`scan_pickle`. A legacy file: its pickles pass it.
     """
     size = os.path.getsize(path)
     allowed = allowed_globals()
-    if not zipfile.is_zipfile(path):
-        with open(path, 'rb') as f:
-            pickles = _legacy_pickles(f.read(), size)
-        scan_pickle(pickles, size, allowed)
-        return
+    with open(path, 'rb') as f:
+        if not torch.serialization._is_zipfile(f):
+            scan_pickle(_legacy_pickles(f.read(), size), size, allowed)
+            return
     try:
         with zipfile.ZipFile(path) as archive:
             records = archive.infolist()
@@ -254,12 +287,24 @@ def inspect_checkpoint(path: str) -> None:
                                                                           zipfile.ZIP_DEFLATED)]
             if bad:
                 raise UnpicklingError(f'records compressed in an unsupported way: {bad[:3]}')
-            pickle = [r for r in records if r.filename.endswith('/data.pkl') or r.filename == 'data.pkl']
-            if not pickle:
-                raise DamagedCheckpoint('the archive has no data.pkl: not a torch checkpoint')
-            scan_pickle(archive.read(pickle[0]), size, allowed)
+            scan_pickle(_torch_pickle_record(path, records), size, allowed)
     except zipfile.BadZipFile as exc:
         raise DamagedCheckpoint(f'a damaged archive: {exc}') from exc
+
+
+def _torch_pickle_record(path: str, records: List[zipfile.ZipInfo]) -> bytes:
+    """The bytes of the one pickle torch unpickles: ``<folder>/data.pkl``, the folder being the first
+    record's (torch's reader names the archive so), read by torch's own reader. Any other record
+    called ``data.pkl`` is refused: a check that read it would check another pickle than torch loads."""
+    folder = records[0].filename.split('/', 1)[0] if records and '/' in records[0].filename else None
+    pickles = [r.filename for r in records if r.filename.rsplit('/', 1)[-1] == 'data.pkl']
+    if folder is None or not pickles:
+        raise DamagedCheckpoint('the archive has no data.pkl in a folder: not a torch checkpoint')
+    if pickles != [f'{folder}/data.pkl']:
+        raise UnpicklingError(f'the archive holds {len(pickles)} data.pkl records ({", ".join(pickles[:3])}), '
+                              f'where torch reads exactly one, {folder}/data.pkl')
+    with open(path, 'rb') as f:
+        return torch._C.PyTorchFileReader(f).get_record('data.pkl')
 
 
 def _legacy_pickles(data: bytes, size: int) -> bytes:

@@ -11,9 +11,9 @@ output is written atomically (a temporary file under a random name, renamed into
 import argparse
 import os
 
-from xcit_dense.checkpoint import load_weights_only, read_checkpoint, write_checkpoint
+from xcit_dense.checkpoint import load_weights_only, write_checkpoint
 from xcit_dense.models.weights import (backbone_signature, from_released_layout, is_released_layout,
-                                       load_backbone_weights, to_backbone_layout)
+                                       load_backbone_weights, read_checkpoint, to_backbone_layout)
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
 

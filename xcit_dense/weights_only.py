@@ -4,10 +4,12 @@ Checkpoints are data from people the user may not trust. ``torch.load(weights_on
 globals outside an allow-list; MMEngine's checkpoints need a few more (its ``HistoryBuffer``, numpy
 arrays, scalars and dtypes, and ``getattr`` for the buffer's statistics methods). ``getattr`` itself
 would reach any attribute of any object (``getattr(getattr, '__self__')`` is the builtins module),
-so a restricted function takes its name. Before unpickling, :func:`inspect_checkpoint` reads the
-archive's records and the pickle's opcodes, so that a small file cannot declare gigabytes (a
-``bytearray(2**36)``, a storage or a deflated record larger than the file) nor name a global
-outside the list.
+so a restricted function takes its name; ``numpy.ndarray`` called directly could build an object
+array of raw pointers, so the name resolves to a type only numpy's ``_reconstruct`` takes, and dtypes
+are numeric. Before unpickling, :func:`inspect_checkpoint` reads the archive's records and the
+opcodes of the pickle torch will read (chosen as torch chooses it), so that a small file cannot
+declare gigabytes (a ``bytearray(2**36)``, many calls that add up, a storage, a zero-stride view or
+a deflated record larger than the file) nor name a global outside the list.
 """
 import io
 import os
@@ -30,11 +32,14 @@ _NUMPY_DTYPES = [type(np.dtype(code)) for code in ('f2', 'f4', 'f8', 'i1', 'i2',
 _HISTORY_METHODS = ('min', 'max', 'current', 'mean')
 # a deflated record may expand to at most this many times the file's size (torch.save stores)
 MAX_EXPANSION = 4
-# torch's tensor rebuild functions check sizes against their storages themselves
+# torch's tensor rebuild functions check sizes against their storages themselves (views: see _check_view)
 _TENSOR_REBUILDS = {f'torch._utils.{name}' for name in (
     '_rebuild_tensor', '_rebuild_tensor_v2', '_rebuild_tensor_v3', '_rebuild_parameter',
     '_rebuild_parameter_with_state', '_rebuild_qtensor', '_rebuild_device_tensor_from_cpu_tensor',
     '_rebuild_device_tensor_from_numpy', '_rebuild_sparse_tensor', '_rebuild_nested_tensor')}
+# the rebuilds whose arguments are (storage, offset, size, stride, ...)
+_TENSOR_VIEWS = {f'torch._utils.{name}' for name in (
+    '_rebuild_tensor', '_rebuild_tensor_v2', '_rebuild_tensor_v3', '_rebuild_qtensor')}
 _PY2_NAMES = {'__builtin__': 'builtins', 'copy_reg': 'copyreg'}
 
 
@@ -140,10 +145,70 @@ def _sizes(value: Any) -> Iterator[int]:
             yield from _sizes(item)
 
 
-def _check_call(func: Any, args: Any, limit: int, what: str, call: bool = True) -> None:
-    """Refuse a call that could allocate more than ``limit`` bytes or call a hidden function."""
+class _Budget:
+    """What one file's pickles may make the unpickler allocate, in all: the file's size. Each call,
+    value and storage is charged its largest declared size (a storage once, however many tensors view
+    it), each tensor view whose strides overlap (a zero stride) its materialised element count."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.spent, self.storages = limit, 0, set()
+
+    def charge(self, size: int, what: str) -> None:
+        if size > self.limit:
+            raise UnpicklingError(f'{what} declares a size of {size} ({size / 2**30:.1f} GiB), more than the '
+                                  f'file holds ({self.limit} bytes)')
+        self.spent += size
+        if self.spent > self.limit:
+            raise UnpicklingError(f'{what}: the sizes declared so far total {self.spent} bytes '
+                                  f'({self.spent / 2**30:.1f} GiB), more than the file holds ({self.limit} bytes)')
+
+
+def _int_tuple(value: Any) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _element_size(storage_type: Any) -> int:
+    """The bytes per element of a storage class named in a persistent id (``torch.FloatStorage``)."""
+    name = storage_type.rsplit('.', 1)[-1] if isinstance(storage_type, _Global) else ''
+    if name == 'UntypedStorage':
+        return 1
+    try:
+        return torch._utils._element_size(torch.serialization.StorageType(name).dtype)
+    except (KeyError, RuntimeError) as exc:
+        raise UnpicklingError(f'a storage of an unknown type {storage_type!r}') from exc
+
+
+def _check_storage(pid: Any, budget: _Budget, what: str) -> None:
+    """A persistent id, ``('storage', type, key, location, numel[, view])``: its bytes charged once per key."""
+    if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ('storage', b'storage')):
+        budget.charge(max(_sizes(pid), default=0), f'{what}: a persistent id')
+        return
+    numel = pid[4]
+    if not isinstance(numel, int) or isinstance(numel, bool):
+        raise UnpicklingError(f'{what}: a storage of a computed size')
+    if pid[2] not in budget.storages:
+        budget.storages.add(pid[2])
+        budget.charge(abs(numel) * _element_size(pid[1]), f'{what}: storage {pid[2]!r}')
+
+
+def _check_view(args: Any, budget: _Budget, what: str) -> None:
+    """A tensor rebuilt as a view ``(storage, offset, size, stride, ...)``: literal sizes and strides,
+    and an overlapping one (a zero stride) charged its materialised element count."""
+    if not (isinstance(args, tuple) and len(args) >= 4 and _int_tuple(args[2]) and _int_tuple(args[3])):
+        raise UnpicklingError(f'{what}: a tensor whose size or stride is computed, not written out')
+    size, stride = args[2], args[3]
+    numel = prod(size)
+    extent = 1 + sum((n - 1) * abs(st) for n, st in zip(size, stride)) if numel else 0
+    if numel > extent:
+        budget.charge(numel, f'{what}: a tensor view of {size} with strides {stride}')
+
+
+def _check_call(func: Any, args: Any, budget: _Budget, what: str, call: bool = True) -> None:
+    """Refuse a call that would overdraw ``budget`` or call a hidden function."""
     if call and not isinstance(func, _Global):
         raise UnpicklingError(f'{what}: a call of a computed value, not of a named global')
+    if func in _TENSOR_VIEWS:
+        _check_view(args, budget, what)
     if func in _TENSOR_REBUILDS:
         return
     if func == 'torch._tensor._rebuild_from_type_v2':
@@ -151,26 +216,36 @@ def _check_call(func: Any, args: Any, limit: int, what: str, call: bool = True) 
         if not (isinstance(inner, _Global) and inner in _TENSOR_REBUILDS):
             raise UnpicklingError(f'{what}: _rebuild_from_type_v2 may only call torch\'s tensor '
                                   f'rebuild functions, not {inner if isinstance(inner, _Global) else "a computed value"}')
+    if func == 'builtins.bytearray' and not (isinstance(args, tuple) and all(
+            isinstance(a, (bytes, str, int)) for a in args)):
+        raise UnpicklingError(f'{what}: a bytearray of a computed value (a size hidden in a numpy scalar?)')
     if func == 'numpy.dtype' and not (isinstance(args, tuple) and args and isinstance(args[0], str)):
         raise UnpicklingError(f'{what}: only plain numpy dtypes (a type code) are allowed')
     if func.endswith('multiarray._reconstruct') and not (
             isinstance(args, tuple) and len(args) == 3 and isinstance(args[2], (str, bytes))):
         raise UnpicklingError(f'{what}: a numpy array may only be rebuilt from a type code')
-    size = max(_sizes(args), default=0)
-    if size > limit:
-        raise UnpicklingError(f'{what}: {f"a call of {func}" if func else "a value"} declares a size of {size} ({size / 2**30:.1f} GiB), more than the file '
-                              f'holds ({limit} bytes)')
+    budget.charge(max(_sizes(args), default=0), f'{what}: {f"a call of {func}" if func else "a value"}')
 
 
 def scan_pickle(data: bytes, limit: int, allowed: set) -> None:
     """Walk the opcodes of one or more pickles in ``data`` on a symbolic stack: every global must
-    be in ``allowed``; no call, object or storage may declare more than ``limit`` bytes."""
+    be in ``allowed``; the calls, values and storages may declare ``limit`` bytes in all."""
     stream = io.BytesIO(data)
+    budget = _Budget(limit)
     while stream.tell() < len(data):
-        _scan_one(stream, limit, allowed)
+        _scan_one(stream, budget, allowed)
 
 
-def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
+def _opcodes(stream: io.BytesIO) -> Iterator[tuple]:
+    """The opcodes one at a time (a list of them cost about 100 bytes each); a malformed pickle is
+    :class:`DamagedCheckpoint`."""
+    try:
+        yield from pickletools.genops(stream)
+    except Exception as exc:
+        raise DamagedCheckpoint(f'malformed pickle: {exc}') from exc
+
+
+def _scan_one(stream: io.BytesIO, budget: _Budget, allowed: set) -> None:
     stack: List[Any] = []
     memo: Dict[int, Any] = {}
 
@@ -190,11 +265,7 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
         del stack[-n:]
         return items
 
-    try:
-        ops = list(pickletools.genops(stream))
-    except Exception as exc:
-        raise DamagedCheckpoint(f'malformed pickle: {exc}') from exc
-    for op, arg, pos in ops:
+    for op, arg, pos in _opcodes(stream):
         name, where = op.name, f'pickle opcode {op.name} at byte {pos}'
         if name in ('GLOBAL', 'STACK_GLOBAL'):
             module, attr = arg.split(' ', 1) if name == 'GLOBAL' else pop(2)
@@ -207,20 +278,20 @@ def _scan_one(stream: io.BytesIO, limit: int, allowed: set) -> None:
             stack.append(_Global(dotted))
         elif name == 'REDUCE':
             func, args = pop(2)
-            _check_call(func, args, limit, where)
+            _check_call(func, args, budget, where)
             # protocol 2 writes bytes as _codecs.encode(text, 'latin1'): keep them as bytes
             encoded = func == '_codecs.encode' and isinstance(args, tuple) and args and isinstance(args[0], str)
             stack.append(args[0].encode('utf-8') if encoded else _OPAQUE)
         elif name in ('NEWOBJ', 'NEWOBJ_EX'):
             items = pop(3 if name == 'NEWOBJ_EX' else 2)
-            _check_call(items[0], tuple(items[1:]), limit, where)
+            _check_call(items[0], tuple(items[1:]), budget, where)
             stack.append(_OPAQUE)
         elif name == 'BUILD':
             state, = pop()
-            _check_call('', state, limit, where, call=False)
+            _check_call('', state, budget, where, call=False)
         elif name in ('BINPERSID', 'PERSID'):
             pid = pop()[0] if name == 'BINPERSID' else arg
-            _check_call('', pid, limit, where, call=False)  # ('storage', type, key, location, numel)
+            _check_storage(pid, budget, where)
             stack.append(_OPAQUE)
         elif name == 'MARK':
             stack.append(_MARK)

@@ -402,10 +402,10 @@ def describe(exc: BaseException) -> Optional[str]:
     if isinstance(exc, DamagedCheckpoint):
         return None
     if isinstance(exc, UnpicklingError) or 'Weights only load failed' in text or 'Unsupported global' in text:
-        lines = [line.strip() for line in text.strip().splitlines()] or [type(exc).__name__]
-        # torch wraps its unpickler's reason in advice on how to load the file anyway
-        first = next((line.split('WeightsUnpickler error:', 1)[1].strip() for line in lines
-                      if 'WeightsUnpickler error:' in line), lines[0])
+        # torch wraps its unpickler's reason in advice on how to load the file anyway, on the line of
+        # 'WeightsUnpickler error:' or after it
+        reason = text.split('WeightsUnpickler error:', 1)[-1]
+        first = next((line.strip() for line in reason.splitlines() if line.strip()), type(exc).__name__)
         return (f'refused, since unpickling it could run code or exhaust memory ({first}); a '
                 f'checkpoint may hold only tensors, plain containers and MMEngine\'s logging objects')
     return None

@@ -5,25 +5,17 @@ A backbone file becomes ``{'state_dict': {'backbone.<key>': tensor}, 'meta': {..
 weights the dense backbone uses, checked against ``--arch`` / ``--patch-size`` before anything is
 written. A released Mask R-CNN, Semantic FPN or UperNet file (mmcv 1.3, ``backbone.pos_embeder.*``)
 keeps every weight under this toolkit's names, its classes (and palette) as ``meta['dataset_meta']``,
-and drops the optimizer and amp entries; each renamed key is printed. Inputs are read weights only.
+and drops the optimizer and amp entries; each renamed key is printed. Inputs are read weights only; the
+output is written atomically (a temporary file under a random name, renamed into place).
 """
 import argparse
 import os
 
-import torch
-
-from xcit_dense.checkpoint import load_weights_only, read_checkpoint
+from xcit_dense.checkpoint import load_weights_only, write_checkpoint
 from xcit_dense.models.weights import (backbone_signature, from_released_layout, is_released_layout,
-                                       load_backbone_weights, to_backbone_layout)
+                                       load_backbone_weights, read_checkpoint, to_backbone_layout)
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
-
-
-def save(out: dict, dst: str) -> None:
-    """Write ``out`` to ``dst`` through a temporary file: never a half-written file under its name."""
-    tmp = dst + '.tmp'
-    torch.save(out, tmp)
-    os.replace(tmp, dst)
 
 
 def convert_released(raw: dict, src: str, dst: str) -> None:
@@ -35,7 +27,7 @@ def convert_released(raw: dict, src: str, dst: str) -> None:
     dropped = [k for k in raw if k not in out]
     classes = out['meta'].get('dataset_meta', {}).get('classes', ())
     out['meta'] = dict(dataset_meta=out['meta'].get('dataset_meta', {}), source=os.path.basename(src))
-    save(out, dst)
+    write_checkpoint(out, dst)
     print(f'wrote {dst}: {len(state)} tensors ({len(renamed)} renamed, {len(state) - len(renamed)} under '
           f'their own names), XCiT backbone of {backbone_signature(state)}, {len(classes)} classes; '
           f'dropped {", ".join(dropped) or "nothing"}')
@@ -64,7 +56,7 @@ def main() -> None:
     out = {'state_dict': {f'backbone.{k}': v for k, v in state.items()},
            'meta': {'source': os.path.basename(args.src), 'arch': args.arch,
                     'patch_size': args.patch_size}}
-    save(out, args.dst)
+    write_checkpoint(out, args.dst)
     print(f'wrote {args.dst}: {len(state)} backbone tensors, {len(ignored)} keys dropped')
 
 

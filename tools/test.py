@@ -11,7 +11,8 @@ import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings 
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
-from xcit_dense.checkpoint import CheckpointError, check_matches_model, local_checkpoint, read_checkpoint
+from xcit_dense.checkpoint import CheckpointError, local_checkpoint
+from xcit_dense.models.weights import check_matches_model, read_checkpoint
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node

@@ -1,29 +1,26 @@
-"""Checkpoint files: safe reading, atomic writing, diffing key sets (engine/resume.py chooses the one to resume from).
+"""Checkpoint files: reading them safely, writing them atomically.
 
-Both the backbone's pretrained weights (models/weights.py maps their layouts) and the training
-checkpoints go through here, and so does MMEngine's own reader of local files (its
-``CheckpointLoader`` scheme is replaced). Files are inspected (weights_only.py) and read with
-``torch.load(weights_only=True)``, so a checkpoint can never run code nor claim more memory than
-it holds; URLs are downloaded by download.py. Writes go to a temporary file, created exclusively
-and renamed into place, so a kill while saving never leaves a truncated checkpoint under a
-checkpoint's name and a link planted in a shared work dir is never followed. The authors' released
-detectors and segmentors are read in this toolkit's layout (``models/weights.py`` maps them).
+Every read of a checkpoint goes through :func:`load_weights_only`: the file is inspected
+(weights_only.py) and read with ``torch.load(weights_only=True)``, so a checkpoint can never run
+code nor claim more memory than it holds; URLs are downloaded by download.py. Writes go to a
+temporary file, created exclusively and renamed into place, so a kill while saving never leaves a
+truncated checkpoint under a checkpoint's name and a link planted in a shared work dir is never
+followed. What the contents mean to a model (the released models' layout, fit checks) and MMEngine's
+checkpoint schemes are in ``models/weights.py`` and ``models/checkpoint_schemes.py``.
 """
+import io
 import os
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 import torch
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.runner.checkpoint import CheckpointLoader
-from torch import nn
 
 from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
-__all__ = ['CheckpointError', 'read_checkpoint', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
-           'check_matches_model', 'diff_keys', 'AtomicLocalBackend', 'ATOMIC_WRITES']
+__all__ = ['CheckpointError', 'read_checkpoint_file', 'local_checkpoint', 'load_weights_only',
+           'allow_mmengine_checkpoints', 'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
 _UMASK = os.umask(0)
@@ -46,12 +43,6 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
         raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
 
 
-def _toolkit_layout(ckpt: Any) -> Any:
-    """A released model's file (the authors' key names) as this toolkit's; anything else as it is."""
-    from .models.weights import from_released_layout  # models/ imports this module
-    return from_released_layout(ckpt)[0] if isinstance(ckpt, dict) else ckpt
-
-
 def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
     """The local file of a checkpoint path or URL (downloaded by download.py, digests checked)."""
     if '://' in path:
@@ -67,72 +58,17 @@ def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
     return path
 
 
-def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
-                    sha256: Optional[str] = None) -> dict:
-    """Load a checkpoint file or URL (download.py: https, digests), weights only, in this toolkit's
-    layout; errors name it."""
+def read_checkpoint_file(path: str, map_location: Union[str, torch.device] = 'cpu',
+                         sha256: Optional[str] = None) -> dict:
+    """The dict in a checkpoint file or URL (download.py: https, digests), read weights only, as
+    saved; errors name it. ``models.weights.read_checkpoint`` gives it in this toolkit's layout."""
     path = local_checkpoint(path, sha256)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint file not found: {path}')
     ckpt = load_weights_only(path, map_location)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a dict of tensors')
-    return _toolkit_layout(ckpt)
-
-
-@CheckpointLoader.register_scheme(prefixes='', force=True)
-def _load_local(filename: str, map_location=None) -> Any:
-    """MMEngine's reader of local checkpoints (``load_from``, ``resume``, mmdet's and mmseg's
-    inferencers), replaced so that every file is inspected and read weights only."""
-    filename = os.path.expanduser(filename)
-    if not os.path.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
-    return _toolkit_layout(load_weights_only(filename, map_location))
-
-
-@CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), force=True)
-def _load_url(filename: str, map_location=None, model_dir=None) -> Any:
-    """MMEngine's reader of URLs, replaced by the checked download and the weights-only read."""
-    try:
-        return _toolkit_layout(load_weights_only(download(filename), map_location))
-    except DownloadError as exc:
-        raise CheckpointError(str(exc)) from exc
-
-
-@dataclass
-class KeyDiff:
-    """How a checkpoint's state dict differs from a model's, in the model's key order."""
-
-    missing: List[str]  # in the model only
-    unexpected: List[str]  # in the checkpoint only
-    mismatched: List[Tuple[str, tuple, tuple]]  # (key, checkpoint shape, model shape)
-
-
-def diff_keys(own: Dict[str, torch.Tensor], state: Dict[str, torch.Tensor]) -> KeyDiff:
-    """Compare a model's state dict ``own`` with a checkpoint's ``state``: keys and shapes."""
-    return KeyDiff(missing=[k for k in own if k not in state],
-                   unexpected=[k for k in state if k not in own],
-                   mismatched=[(k, tuple(state[k].shape), tuple(own[k].shape))
-                               for k in own if k in state and state[k].shape != own[k].shape])
-
-
-def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict] = None) -> None:
-    """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
-    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys).
-    ``loaded``: the checkpoint's contents when they are already read (not read again)."""
-    state = (read_checkpoint(checkpoint) if loaded is None else loaded).get('state_dict')
-    if not isinstance(state, dict):
-        raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
-    from .models.weights import check_backbone_fits  # models/ imports this module
-    check_backbone_fits(model, state, checkpoint)
-    diff = diff_keys((model.module if hasattr(model, 'module') else model).state_dict(), state)
-    mismatched = [f'{k} {saved} vs {own}' for k, saved, own in diff.mismatched]
-    if diff.missing or diff.unexpected or mismatched:
-        def head(keys):
-            return ', '.join(keys[:5]) + (f' ... ({len(keys)})' if len(keys) > 5 else '')
-        raise CheckpointError(
-            f'{checkpoint} was saved from a different model: missing {head(diff.missing) or "none"}; '
-            f'unexpected {head(diff.unexpected) or "none"}; shape mismatches {head(mismatched) or "none"}')
+    return ckpt
 
 
 class AtomicLocalBackend(LocalBackend):
@@ -168,9 +104,9 @@ register_backend('atomic_local', AtomicLocalBackend, force=True)
 ATOMIC_WRITES = dict(backend='atomic_local')  # the ``backend_args`` of a checkpoint written through it
 
 
-def __getattr__(name: str) -> Any:
-    """The resume helpers, now in engine/resume.py, under their old import path."""
-    if name in ('find_resumable_checkpoint', 'write_pointer'):
-        from .engine import resume  # the engine imports this module
-        return getattr(resume, name)
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+def write_checkpoint(obj: Any, path: str) -> None:
+    """``torch.save`` of ``obj`` to ``path`` through :class:`AtomicLocalBackend` (never a half-written
+    file under its name, never through a link planted beside it)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    AtomicLocalBackend().put(buffer.getvalue(), path)

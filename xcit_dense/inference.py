@@ -17,10 +17,10 @@ from mmengine.structures import BaseDataElement, PixelData
 from pycocotools import mask as mask_utils
 from torch import nn
 
-from .checkpoint import allow_mmengine_checkpoints, check_matches_model
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, allow_mmengine_checkpoints
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
+from .models.weights import check_matches_model
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
 

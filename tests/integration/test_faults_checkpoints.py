@@ -11,7 +11,8 @@ import torch
 
 from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, tiny_seg_config,
                      train_cmd, wait_for)
-from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
+from xcit_dense.checkpoint import allow_mmengine_checkpoints
+from xcit_dense.models.weights import read_checkpoint
 
 
 @pytest.fixture(scope='module')

@@ -37,8 +37,12 @@ def test_convert_official_checkpoint(tmp_path):
     official = {k.replace('pos_embed.', 'pos_embeder.'): v for k, v in state.items() if not k.startswith('fpn')}
     official['head.weight'] = torch.zeros(1000, 192)
     torch.save({'model': official}, tmp_path / 'official.pth')
+    precious = tmp_path / 'precious'
+    precious.write_text('keep me')
+    (tmp_path / 'dense.pth.tmp').symlink_to(precious)  # planted where the tool once wrote its temporary file
     run_tool('tools/convert_xcit_checkpoint.py', tmp_path / 'official.pth', tmp_path / 'dense.pth',
              '--arch', 'tiny_12', '--patch-size', '8')
+    assert precious.read_text() == 'keep me' and not (tmp_path / 'dense.pth').is_symlink()
     converted = torch.load(tmp_path / 'dense.pth', weights_only=True)
     assert 'backbone.pos_embed.token_projection.weight' in converted['state_dict']
     assert not any('head' in k for k in converted['state_dict'])

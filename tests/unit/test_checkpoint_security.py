@@ -1,6 +1,7 @@
 """Checkpoints, downloads and checkpoint writes as an attacker would use them: a file that runs code
 through the allow-list, memory bombs, a poisoned or unpinned download cache, a planted link."""
 import hashlib
+import json
 import multiprocessing
 import os
 import pickle
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer, MessageHub
-from mmengine.runner.checkpoint import _load_checkpoint, save_checkpoint
+from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
-from helpers import GetattrExploit, free_port, hide_payload
-from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError, read_checkpoint
+from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
+from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
+from xcit_dense.models.weights import read_checkpoint
 from xcit_dense import download
 from xcit_dense.download import ALLOW_HTTP, cache_path
 from xcit_dense.engine.hooks.rng_state import get_rng_state
@@ -91,7 +93,8 @@ def _zip_declaring(path: Path, size: int) -> Path:
 
 BOMB_PROBE = r'''
 import resource, sys
-from xcit_dense.checkpoint import CheckpointError, read_checkpoint
+from xcit_dense.checkpoint import CheckpointError
+from xcit_dense.models.weights import read_checkpoint
 usage = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (usage + 2**30, resource.RLIM_INFINITY))
 for path in sys.argv[1:]:
@@ -129,6 +132,48 @@ def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r'hidden\.pth: refused'):
         read_checkpoint(str(hidden))
     assert not (tmp_path / 'pwned').exists()
+
+
+def test_every_mmengine_scheme_goes_to_the_checked_reader_or_is_refused():
+    """No prefix is left to one of MMEngine's own readers (which unpickle with weights_only=False)."""
+    loaders = {prefix: loader.__module__ for prefix, loader in CheckpointLoader._schemes.items()}
+    assert {'', 'https://', 'torchvision://', 'open-mmlab://', 'openmmlab://', 'modelzoo://', 'mmcls://',
+            'pavi://', r'(\S+\:)?s3://'} <= set(loaders)
+    assert set(loaders.values()) == {'xcit_dense.models.checkpoint_schemes'}, loaders
+
+
+def test_checkpoint_attacks_in_one_capped_process(tmp_path):
+    """Issue 31's attacks, each as a user's run meets it (tests/support/checkpoint_attacks.py), in one
+    process whose address space is capped after the imports; each case notes what it catches."""
+    env = dict(os.environ, TORCH_HOME=str(tmp_path / 'torch_home'))
+    proc = subprocess.run([sys.executable, str(SUPPORT / 'checkpoint_attacks.py'), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    outcomes = {k: v for line in proc.stdout.splitlines() if line.startswith('{') for k, v in json.loads(line).items()}
+    assert proc.returncode == 0, (proc.returncode, outcomes, proc.stderr[-3000:])  # -11: the object array crashed it
+    # model-zoo names read a planted hub-cache file with MMEngine's own reader (weights_only=False): code ran
+    assert not (tmp_path / 'pwned').exists(), outcomes
+    for name in ('torchvision://resnet50', 'modelzoo://resnet50', 'open-mmlab://resnet50_v1c',
+                 'openmmlab://resnet50_v1c', 'mmcls://resnet50', 'ResNet init_cfg torchvision://resnet50'):
+        assert outcomes[name].startswith('refused') and 'could run code' in outcomes[name], (name, outcomes[name])
+    assert outcomes['ResNet init_cfg torchvision://resnet18 (placed by hand)'] == 'loaded True', outcomes
+    for name in ('s3://bucket/model.pth', 'pavi://model', 'petrel://bucket/model.pth'):  # MMEngine: bare torch.load
+        assert outcomes[name].startswith('refused') and 'not read from this scheme' in outcomes[name], outcomes[name]
+    # numpy.ndarray callable directly, in the scan's list and in torch's process-wide one: exit 139 on use
+    assert outcomes['object array'].startswith('refused') and 'numpy.ndarray is called directly' \
+        in outcomes['object array'], outcomes['object array']
+    assert outcomes['object array, torch weights_only'].startswith('UnpicklingError'), outcomes
+    # zipfile.is_zipfile (finds the appended zip) and the first data.pkl record: the scan read another pickle
+    # than torch, which then allocated the declared 64 GiB (MemoryError under the cap)
+    assert outcomes['legacy with a zip appended'].startswith('refused') and \
+        'declares a size of 68719476736' in outcomes['legacy with a zip appended'], outcomes
+    assert outcomes['two data.pkl'].startswith('refused') and 'holds 2 data.pkl records' in outcomes['two data.pkl']
+    # sizes the scan did not see or sum: an integer inside a numpy scalar, a limit per call (not for the whole
+    # file), a tensor view charged nothing (zero strides: 2**36 elements once cast)
+    assert outcomes['size in a numpy scalar'].startswith('refused') and 'bytearray of a computed value' \
+        in outcomes['size in a numpy scalar'], outcomes
+    assert outcomes['many calls'].startswith('refused') and 'sizes declared so far total' in outcomes['many calls']
+    assert outcomes['zero strides, cast'].startswith('refused') and 'strides (0, 0) declares a size of 68719476736' \
+        in outcomes['zero strides, cast'], outcomes
 
 
 # --- checkpoint writes --------------------------------------------------------------------------

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 from mmengine.config import Config
 
-from xcit_dense.checkpoint import allow_mmengine_checkpoints, read_checkpoint
+from xcit_dense.checkpoint import allow_mmengine_checkpoints
+from xcit_dense.models.weights import read_checkpoint
 from xcit_dense.engine.hooks.rng_state import get_rng_state, set_rng_state
 from xcit_dense.engine.run_config import seed_from_checkpoint
 

@@ -4,7 +4,8 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
-from ..checkpoint import allow_mmengine_checkpoints, diff_keys, read_checkpoint
+from ..checkpoint import allow_mmengine_checkpoints
+from ..models.weights import diff_keys, read_checkpoint
 from ..models.weights import backbone_mismatch, summarise_keys, to_backbone_layout
 from .attention import class_attention_maps, classifier_from_state, xca_maps
 from .attention_plots import load_image, output_prefix, save_arrays, save_class_attention, save_xca

@@ -17,7 +17,8 @@ from typing import List, NamedTuple, Optional, Tuple, Union
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checkpoint import AtomicLocalBackend, CheckpointError, check_matches_model, read_checkpoint
+from ..checkpoint import AtomicLocalBackend, CheckpointError
+from ..models.weights import check_matches_model, read_checkpoint
 from . import collectives
 
 __all__ = ['Restart', 'Resume', 'agree_on_restart', 'find_resumable_checkpoint', 'read_resumable_checkpoint',

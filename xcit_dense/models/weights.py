@@ -6,20 +6,51 @@ Three layouts are understood:
   class-attention, final-norm and head keys the dense backbone does not use;
 - timm state dicts: the same keys at top level, ``pos_embed.*`` naming;
 - this toolkit's checkpoints: ``'state_dict'`` with ``backbone.``-prefixed keys.
-Files are read by ``xcit_dense.checkpoint.read_checkpoint`` (weights only, never code).
+Files are read by ``xcit_dense.checkpoint.read_checkpoint_file`` (weights only, never code);
+:func:`read_checkpoint` gives their contents in this toolkit's layout.
 """
 import logging
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, diff_keys, read_checkpoint
+from ..checkpoint import CheckpointError, read_checkpoint_file
 
 # keys of the classification model that the dense backbone has no use for
 CLASSIFICATION_ONLY = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')
 StateDict = Dict[str, torch.Tensor]
+
+
+def to_toolkit_layout(ckpt: Any) -> Any:
+    """A released model's file (the authors' key names) as this toolkit's; anything else as it is."""
+    return from_released_layout(ckpt)[0] if isinstance(ckpt, dict) else ckpt
+
+
+def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
+                    sha256: Optional[str] = None) -> dict:
+    """Load a checkpoint file or URL (download.py: https, digests), weights only, in this toolkit's
+    layout; errors name it."""
+    return to_toolkit_layout(read_checkpoint_file(path, map_location, sha256))
+
+
+@dataclass
+class KeyDiff:
+    """How a checkpoint's state dict differs from a model's, in the model's key order."""
+
+    missing: List[str]  # in the model only
+    unexpected: List[str]  # in the checkpoint only
+    mismatched: List[Tuple[str, tuple, tuple]]  # (key, checkpoint shape, model shape)
+
+
+def diff_keys(own: Dict[str, torch.Tensor], state: Dict[str, torch.Tensor]) -> KeyDiff:
+    """Compare a model's state dict ``own`` with a checkpoint's ``state``: keys and shapes."""
+    return KeyDiff(missing=[k for k in own if k not in state],
+                   unexpected=[k for k in state if k not in own],
+                   mismatched=[(k, tuple(state[k].shape), tuple(own[k].shape))
+                               for k in own if k in state and state[k].shape != own[k].shape])
 
 
 def to_backbone_layout(ckpt: dict) -> Tuple[StateDict, List[str]]:
@@ -173,6 +204,24 @@ def check_backbone_fits(model: nn.Module, state: Dict[str, torch.Tensor], source
     if mismatch:
         raise CheckpointError(f'{source} holds an XCiT backbone of {mismatch[0]}, but the config builds one of '
                               f'{mismatch[1]}: pass the config of that model (configs/xcit/, patch size in its name)')
+
+
+def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict] = None) -> None:
+    """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
+    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys).
+    ``loaded``: the checkpoint's contents when they are already read (not read again)."""
+    state = (read_checkpoint(checkpoint) if loaded is None else loaded).get('state_dict')
+    if not isinstance(state, dict):
+        raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
+    check_backbone_fits(model, state, checkpoint)
+    diff = diff_keys((model.module if hasattr(model, 'module') else model).state_dict(), state)
+    mismatched = [f'{k} {saved} vs {own}' for k, saved, own in diff.mismatched]
+    if diff.missing or diff.unexpected or mismatched:
+        def head(keys):
+            return ', '.join(keys[:5]) + (f' ... ({len(keys)})' if len(keys) > 5 else '')
+        raise CheckpointError(
+            f'{checkpoint} was saved from a different model: missing {head(diff.missing) or "none"}; '
+            f'unexpected {head(diff.unexpected) or "none"}; shape mismatches {head(mismatched) or "none"}')
 
 
 def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:

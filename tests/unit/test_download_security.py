@@ -15,7 +15,8 @@ import torch
 
 from helpers import CAPABILITY_MISSING
 from xcit_dense import download
-from xcit_dense.checkpoint import CheckpointError, read_checkpoint
+from xcit_dense.checkpoint import CheckpointError
+from xcit_dense.models.weights import read_checkpoint
 from xcit_dense.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
 
 MIB = 1 << 20

@@ -12,12 +12,27 @@ from ..collectives import gather_objects
 from ..dist import world_size
 
 
+def _as_bytes(state: torch.Tensor) -> np.ndarray:
+    """A torch generator state as a NumPy byte array: a checkpoint's ``map_location`` moves tensors
+    to the run's device (MMEngine's resume maps them to the GPU), never NumPy arrays."""
+    return state.cpu().numpy().copy()
+
+
+def _as_byte_tensor(state) -> torch.Tensor:
+    """The CPU ByteTensor torch's ``set_rng_state`` takes, from a NumPy byte array or a tensor on
+    any device (checkpoints written before the states were stored as arrays)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    return torch.from_numpy(np.ascontiguousarray(state, dtype=np.uint8))
+
+
 def get_rng_state() -> dict:
     """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states; CUDA's
-    of the device set for this rank, the only one it draws on."""
-    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    of the device set for this rank, the only one it draws on. Torch's as NumPy byte arrays."""
+    state = dict(python=random.getstate(), numpy=np.random.get_state(),
+                 torch=_as_bytes(torch.get_rng_state()))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state()
+        state['cuda'] = _as_bytes(torch.cuda.get_rng_state())
     return state
 
 
@@ -28,7 +43,7 @@ def set_rng_state(state: dict) -> Optional[str]:
     written before the per-device rule) is restored only onto as many visible GPUs."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
-    torch.set_rng_state(state['torch'])
+    torch.set_rng_state(_as_byte_tensor(state['torch']))
     cuda = state.get('cuda')
     if cuda is None:
         return None
@@ -36,11 +51,11 @@ def set_rng_state(state: dict) -> Optional[str]:
     if isinstance(cuda, (list, tuple)):
         if len(cuda) != visible:
             return f'the CUDA states of {len(cuda)} GPU(s), but this process sees {visible}'
-        torch.cuda.set_rng_state_all(cuda)
+        torch.cuda.set_rng_state_all([_as_byte_tensor(device) for device in cuda])
     elif not visible:
         return 'the CUDA state, since this process sees no GPU'
     else:
-        torch.cuda.set_rng_state(cuda)
+        torch.cuda.set_rng_state(_as_byte_tensor(cuda))
     return None
 
 

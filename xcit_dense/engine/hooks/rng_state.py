@@ -1,7 +1,7 @@
 """Every rank's random-number generator states in checkpoints, so that a resumed run draws the
 same augmentations and drop paths as an uninterrupted one (MMEngine only re-seeds on resume)."""
 import random
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -10,6 +10,7 @@ from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import world_size
+from .data_position_hook import when_resumed
 
 
 def _as_bytes(state: torch.Tensor) -> np.ndarray:
@@ -81,24 +82,6 @@ def _log_restored(logger, missed: Optional[str]) -> None:
         logger.info('RNG states restored from the checkpoint')
 
 
-class _RestoreAfterSkip:
-    """The train loop's batch iterator, restoring RNG states once the batches trained before
-    the checkpoint are skipped: skipping runs the pipeline, and its draws must not count."""
-
-    def __init__(self, batches: Iterator, skip: int, state: dict, logger) -> None:
-        self.batches, self.skip, self.state, self.logger = batches, skip, state, logger
-
-    def __iter__(self) -> '_RestoreAfterSkip':
-        return self
-
-    def __next__(self):
-        if self.skip == 0 and self.state is not None:
-            _log_restored(self.logger, set_rng_state(self.state))
-            self.state = None
-        self.skip -= 1
-        return next(self.batches)
-
-
 @HOOKS.register_module()
 class RNGStateHook(Hook):
     """Save each rank's RNG states in ``checkpoint['meta']['rng_states']``; restore on resume.
@@ -147,7 +130,8 @@ class RNGStateHook(Hook):
         self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
 
     def before_train(self, runner) -> None:
-        """On resume, restore this rank's states: after the skipped batches in an iteration loop.
+        """On resume, restore this rank's states once the batches already trained are dropped
+        (loading them draws augmentations that must not count; ``DataPositionHook``).
 
         A checkpoint loaded for its weights alone (training from iteration 0) restores nothing.
         """
@@ -162,12 +146,8 @@ class RNGStateHook(Hook):
             runner.logger.info(f'RNG state not restored: the checkpoint holds {len(states)} '
                                f'rank(s), this run has {world_size()}')
             return
-        loop = runner.train_loop
-        if hasattr(loop, 'dataloader_iterator'):
-            loop.dataloader_iterator = _RestoreAfterSkip(loop.dataloader_iterator, runner.iter,
-                                                         states[runner.rank], runner.logger)
-        else:
-            _log_restored(runner.logger, set_rng_state(states[runner.rank]))
+        state = states[runner.rank]
+        when_resumed(runner, lambda: _log_restored(runner.logger, set_rng_state(state)))
 
     def before_val(self, runner) -> None:
         """Note the training streams' states before validation."""

@@ -11,6 +11,7 @@ detectors and segmentors are read in this toolkit's layout (``models/weights.py`
 """
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -22,7 +23,7 @@ from torch import nn
 from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
-__all__ = ['CheckpointError', 'read_checkpoint', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
+__all__ = ['CheckpointError', 'read_checkpoint', 'read_meta', 'local_checkpoint', 'load_weights_only', 'allow_mmengine_checkpoints',
            'check_matches_model', 'diff_keys', 'AtomicLocalBackend', 'ATOMIC_WRITES']
 
 
@@ -34,11 +35,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the model."""
 
 
-def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu') -> Any:
-    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file."""
+def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu',
+                      mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file.
+    ``mmap``: the tensors' data is mapped from the file, read only when used (zip archives only)."""
     try:
         inspect_checkpoint(path)
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:
         reason = describe_refusal(exc)
         if reason is None:
@@ -78,6 +81,17 @@ def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a dict of tensors')
     return _toolkit_layout(ckpt)
+
+
+def read_meta(path: str) -> dict:
+    """The ``meta`` of a local checkpoint file ({} if it has none), without reading its tensors'
+    data (they are memory-mapped, not read: a detector's checkpoint is half a gigabyte). Raises
+    CheckpointError for a file that cannot be read, as :func:`read_checkpoint` does."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'checkpoint file not found: {path}')
+    ckpt = load_weights_only(path, mmap=zipfile.is_zipfile(path))
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 @CheckpointLoader.register_scheme(prefixes='', force=True)

@@ -47,6 +47,8 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'GPUS': '6', 'GPUS_PER_NODE': '4'},
      'GPUS=6 is not a multiple of GPUS_PER_NODE=4'),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': 'yes'}, "REQUEUE must be 0 or 1, got 'yes'"),
+    ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': '1', 'SIGNAL_LEAD': '3m'},
+     "SIGNAL_LEAD must be a positive integer, got '3m'"),
     ('dist_train.sh', ['CONFIG', '1'], {'PORT': '70000'}, "PORT must be a port number (1-65535), got '70000'"),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'PORT': '0'}, "PORT must be a port number (1-65535), got '0'"),
     ('slurm_test.sh', ['debug', 'job', 'CONFIG', 'CONFIG'], {'SRUN_ARGS': '--comment "a *'},

@@ -19,7 +19,7 @@ from mmengine.fileio import LocalBackend, register_backend
 from .download import DownloadError, download, file_digest
 from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
-__all__ = ['CheckpointError', 'read_checkpoint_file', 'local_checkpoint', 'load_weights_only',
+__all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
            'allow_mmengine_checkpoints', 'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
@@ -31,11 +31,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the model."""
 
 
-def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu') -> Any:
-    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file."""
+def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu',
+                      mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file.
+    ``mmap``: the tensors' data is mapped from the file, read only when used (zip archives only)."""
     try:
         inspect_checkpoint(path)
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as exc:
         reason = describe_refusal(exc)
         if reason is None:
@@ -69,6 +71,19 @@ def read_checkpoint_file(path: str, map_location: Union[str, torch.device] = 'cp
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'checkpoint {path} holds a {type(ckpt).__name__}, not a dict of tensors')
     return ckpt
+
+
+def read_meta(path: str) -> dict:
+    """The ``meta`` of a local checkpoint file ({} if it has none), without reading its tensors'
+    data (they are memory-mapped, not read: a detector's checkpoint is half a gigabyte). Raises
+    CheckpointError for a file that cannot be read, as :func:`read_checkpoint_file` does."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'checkpoint file not found: {path}')
+    with open(path, 'rb') as f:
+        is_zip = torch.serialization._is_zipfile(f)  # as torch.load decides, by the first bytes
+    ckpt = load_weights_only(path, mmap=is_zip)
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 class AtomicLocalBackend(LocalBackend):

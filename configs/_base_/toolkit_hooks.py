@@ -16,6 +16,8 @@ default_hooks = dict(
     nonfinite_loss=dict(type='NonFiniteLossHook'),
     # the batch plan in checkpoints; a resume under another plan keeps the optimizer steps
     batch_plan=dict(type='BatchPlanHook'),
+    # the data position (epoch, samples) in checkpoints; a resume continues at the next sample
+    data_position=dict(type='DataPositionHook'),
     # every rank's random-number generator states in checkpoints, restored on resume
     rng_state=dict(type='RNGStateHook'),
     # progress bars for validation and test

@@ -94,7 +94,11 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
 
 
 def test_resume_with_more_accumulation_keeps_the_optimizer_steps(tmp_path, seg_data):
+    """Resumed at accumulation 2 after 2 iterations at accumulation 1 (4 of the 8 images), the run
+    keeps its optimizer steps and continues at the fifth image: the samples trained, not the
+    (recounted) iterations, say where."""
     config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
+                             custom_imports=HOOKS, custom_hooks=[dict(type='RecordSamplesHook')],
                              default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
                                                 visualization=dict(draw=False)))
     work_dir = tmp_path / 'run'
@@ -109,3 +113,6 @@ def test_resume_with_more_accumulation_keeps_the_optimizer_steps(tmp_path, seg_d
     # 2 optimizer steps done = 4 micro-iterations at accumulation 2; 4 steps in all = 8 micro-iterations
     assert 'resumed epoch: 0, iter: 4' in log
     assert re.search(r'Iter\(train\) \[ ?8/8\]', log) and not re.search(r'Iter\(train\) \[ ?[1-4]/8\]', log)
+    names = sorted(p.name for p in (seg_data / 'images/training').glob('*.jpg'))
+    batches = (work_dir / 'samples.txt').read_text().split('\n')
+    assert batches[:3] == [' '.join(names[0:2]), ' '.join(names[2:4]), ' '.join(names[4:6])]

@@ -9,6 +9,8 @@ import time
 import pytest
 import torch
 
+import xcit_dense
+
 from helpers import (ROOT, free_port, hooked_config, launch_env, read_log, run, spawned, tiny_seg_config,
                      train_cmd, wait_for)
 
@@ -45,6 +47,8 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'GPUS': '6', 'GPUS_PER_NODE': '4'},
      'GPUS=6 is not a multiple of GPUS_PER_NODE=4'),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': 'yes'}, "REQUEUE must be 0 or 1, got 'yes'"),
+    ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'REQUEUE': '1', 'SIGNAL_LEAD': '3m'},
+     "SIGNAL_LEAD must be a positive integer, got '3m'"),
     ('dist_train.sh', ['CONFIG', '1'], {'PORT': '70000'}, "PORT must be a port number (1-65535), got '70000'"),
     ('slurm_train.sh', ['debug', 'job', 'CONFIG'], {'PORT': '0'}, "PORT must be a port number (1-65535), got '0'"),
     ('slurm_test.sh', ['debug', 'job', 'CONFIG', 'CONFIG'], {'SRUN_ARGS': '--comment "a *'},
@@ -72,37 +76,50 @@ def test_port_already_taken(tmp_path, seg_data):
 
 def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
     """``hooked_config`` with everything a resume has to carry over: an LR warmup and step,
-    shuffling that crosses an epoch, random flips and drop path; SIGKILL after a checkpoint."""
+    shuffling that crosses an epoch, random flips and drop path; pretrained backbone weights from
+    tmp_path/pretrained.pth; SIGKILL after a checkpoint, or SIGTERM after an iteration."""
     base = hooked_config(tmp_path, seg_data, max_iters=max_iters, interval=interval)
     pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
                 dict(type='RandomFlip', prob=0.5), dict(type='PackSegInputs')]
+    pretrained = tmp_path / 'pretrained.pth'
+    backbone = xcit_dense.XCiT(arch='tiny_12', embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
+    torch.save(backbone.state_dict(), pretrained)
     cfg = dict(
         _base_=[str(base)],
-        model=dict(backbone=dict(drop_path_rate=0.2)),
+        model=dict(backbone=dict(drop_path_rate=0.2, init_cfg=dict(
+            _delete_=True, type='Pretrained', checkpoint=str(pretrained)))),
         train_dataloader=dict(sampler=dict(type='DefaultSampler', shuffle=True),
                               dataset=dict(pipeline=pipeline)),
         param_scheduler=[dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=4),
                          dict(type='MultiStepLR', milestones=[5], gamma=0.1, by_epoch=False)],
-        custom_hooks=[dict(type='DumpRankWeightsHook'), dict(type='SigkillAfterCheckpointHook')])
+        custom_hooks=[dict(type='DumpRankWeightsHook'), dict(type='SigkillAfterCheckpointHook'),
+                      dict(type='SigtermAfterIterHook')])
     path = tmp_path / 'random_run.py'
     path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')
     return path
 
 
-def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, seg_data):
-    """Killed right after the checkpoint of iteration 2 and resumed, the run ends with the
-    uninterrupted run's weights: scheduler, sampler and every RNG continue where they were."""
+def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path, seg_data):
+    """Killed right after the checkpoint of iteration 2 and resumed, then stopped by SIGTERM after
+    iteration 5 (the sampler's second pass over the 8 images, 2 samples in) and resumed again, the
+    run ends with the uninterrupted run's weights: scheduler, sampler position and every RNG
+    continue where they were. The resumes do not read the pretrained file, gone by then."""
     config = random_run_config(tmp_path, seg_data)
     whole_run = run(train_cmd(config, tmp_path / 'whole'))
     assert whole_run.returncode == 0, whole_run.stderr[-3000:]
     killed = run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / 'cut').glob('*.pth')) == ['iter_2.pth']
+    (tmp_path / 'pretrained.pth').unlink()
+    stopped = run(train_cmd(config, tmp_path / 'cut', '--resume'), env=launch_env(XCIT_TEST_SIGTERM_AT=5))
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    log = stopped.stdout + stopped.stderr
+    assert re.findall(r'Iter\(train\) \[(\d)/6\]', log) == ['3', '4', '5']
+    assert 'RNG states restored from the checkpoint' in log
     resumed = run(train_cmd(config, tmp_path / 'cut', '--resume'))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
-    assert 'Iter(train) [6/6]' in log and 'Iter(train) [1/6]' not in log
-    assert 'RNG states restored from the checkpoint' in log
+    assert 'resumed epoch: 0, iter: 5' in log and re.findall(r'Iter\(train\) \[(\d)/6\]', log) == ['6']
     whole = torch.load(tmp_path / 'whole' / 'rank0.pth', weights_only=True)
     cut = torch.load(tmp_path / 'cut' / 'rank0.pth', weights_only=True)
     for key in whole:

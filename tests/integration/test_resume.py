@@ -1,5 +1,8 @@
-"""Resuming: what a run continues from, and that an automatic resume reads its checkpoint once."""
+"""Resuming: what a run continues from, that an automatic resume reads its checkpoint once, and that a
+preempted epoch-based detector continues at its next sample."""
 import json
+import re
+import signal
 import sys
 
 import pytest
@@ -7,16 +10,18 @@ import torch
 from mmengine.config import Config
 
 from helpers import ROOT, launch_env, run, tiny_seg_config, train_cmd
+from xcit_dense.datasets.synthetic import write_coco_set
 from xcit_dense.engine import resume
 from xcit_dense.engine.resume import Restart, Resume
 
-# tools/train.py run with every torch.load noted (the file it read) in $READS at exit
+# tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when memory-mapped,
+# its tensors' data not read) in $READS at exit
 COUNTED_TRAIN = f"""
 import atexit, json, os, runpy, sys
 import torch
 reads, load = [], torch.load
 def counted(f, *args, **kwargs):
-    reads.append(str(f))
+    reads.append(str(f) + (' (meta)' if kwargs.get('mmap') else ''))
     return load(f, *args, **kwargs)
 torch.load = counted
 atexit.register(lambda: open(os.environ['READS'], 'w').write(json.dumps(reads)))
@@ -26,8 +31,8 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 
 def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data):
-    """--resume: the newest checkpoint is found, seeded from, checked against the model and resumed
-    from, on one read of the file (the hooks get the same contents)."""
+    """--resume: the newest checkpoint is found (its meta read, memory-mapped), seeded from, checked
+    against the model and resumed from, on one read of the file (the hooks get the same contents)."""
     work_dir, reads = tmp_path / 'run', tmp_path / 'reads.json'
     first = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=2, val_interval=2),
                             default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
@@ -44,15 +49,15 @@ def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-2000:]
     assert 'resumed epoch: 0, iter: 2' in output and 'RNG states restored from the checkpoint' in output
-    assert json.loads(reads.read_text()) == [str(work_dir / 'iter_2.pth')]
+    assert json.loads(reads.read_text()) == [f"{work_dir / 'iter_2.pth'} (meta)", str(work_dir / 'iter_2.pth')]
 
 
 @pytest.fixture
 def work_dir(tmp_path):
     """A work dir with iter_2.pth and iter_4.pth (the newest), and a checkpoint elsewhere."""
-    for name in ('run/iter_2.pth', 'run/iter_4.pth', 'other.pth'):
+    for done, name in ((2, 'run/iter_2.pth'), (4, 'run/iter_4.pth'), (0, 'other.pth')):
         (tmp_path / name).parent.mkdir(exist_ok=True)
-        torch.save({'meta': {'seed': 5, 'name': name}, 'state_dict': {}}, tmp_path / name)
+        torch.save({'meta': {'seed': 5, 'name': name, 'iter': done}, 'state_dict': {}}, tmp_path / name)
     return tmp_path / 'run'
 
 
@@ -79,3 +84,56 @@ def test_a_restarted_group_without_a_checkpoint_starts_from_the_beginning(tmp_pa
     assert point.describe(str(tmp_path / 'run')) == [
         'Slurm requeue 1 of the group (SLURM_RESTART_COUNT): resuming from the beginning (no complete '
         'checkpoint yet)', f'--resume: no checkpoint in {tmp_path / "run"} yet, starting from the beginning']
+
+
+def preempted_detector_config(tmp_path):
+    """The demo's Mask R-CNN (mmdet's AspectRatioBatchSampler over a shuffling sampler, random flips, an
+    LR schedule by iteration) with a tiny backbone: 4 images of 64 px, batches of 2, 2 epochs of 2
+    iterations; SIGTERM after $XCIT_TEST_SIGTERM_AT iterations."""
+    data = tmp_path / 'coco'
+    write_coco_set(data, 'train', 4, size=(64, 64), seed=0)
+    loader = f'dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(data_root="{data}/"))'
+    config = tmp_path / 'tiny_mask_rcnn.py'
+    config.write_text('\n'.join([
+        f"_base_ = [{str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')!r}]",
+        "custom_imports = dict(imports=['xcit_dense', 'xcit_dense.models.kernel_dtypes', 'launch_hooks'], "
+        'allow_failed_imports=False)',
+        'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '
+        'neck=dict(in_channels=[64] * 4))',
+        f'train_dataloader = {loader}',
+        'val_dataloader = None', 'val_cfg = None', 'val_evaluator = None', 'test_dataloader = None',
+        'test_cfg = None', 'test_evaluator = None',
+        'train_cfg = dict(max_epochs=2, val_interval=100)',
+        'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))',
+        "custom_hooks = [dict(type='DumpRankWeightsHook'), dict(type='SigtermAfterIterHook')]"]) + '\n')
+    return config
+
+
+def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path):
+    """Stopped by SIGTERM in epoch 2 (after 3 of 4 iterations) in the default, relative work dir, a bare
+    --resume trains the one remaining iteration and ends with the uninterrupted run's weights; extended
+    to 3 epochs, a bare --resume continues from epoch_2.pth, the newest by contents (not iter_3.pth)."""
+    config = preempted_detector_config(tmp_path)
+    whole = run(train_cmd(config, tmp_path / 'whole'))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    user = tmp_path / 'user'
+    user.mkdir()
+    train = [sys.executable, str(ROOT / 'tools/train.py'), str(config)]  # work_dirs/tiny_mask_rcnn
+    work_dir = user / 'work_dirs' / 'tiny_mask_rcnn'
+    cut = run(train, cwd=user, env=launch_env(XCIT_TEST_SIGTERM_AT=3))
+    assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-3000:]
+    assert sorted(p.name for p in work_dir.glob('*.pth')) == ['epoch_1.pth', 'iter_3.pth']
+    resumed = run([*train, '--resume'], cwd=user)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = resumed.stdout + resumed.stderr
+    assert 'resumed epoch: 1, iter: 3' in log
+    assert re.findall(r'Epoch\(train\) +\[ *(\d+)\]\[ *(\d+)/2\]', log) == [('2', '2')]
+    reference = torch.load(tmp_path / 'whole' / 'rank0.pth', weights_only=True)
+    weights = torch.load(work_dir / 'rank0.pth', weights_only=True)
+    for key, value in reference.items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=1e-6, msg=key)
+    extended = run([*train, '--resume', '--cfg-options', 'train_cfg.max_epochs=3'], cwd=user)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    log = extended.stdout + extended.stderr
+    assert 'resumed epoch: 2, iter: 4' in log
+    assert re.findall(r'Epoch\(train\) +\[ *(\d+)\]\[ *(\d+)/2\]', log) == [('3', '1'), ('3', '2')]

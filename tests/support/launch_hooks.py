@@ -98,6 +98,34 @@ class SigkillAfterCheckpointHook(Hook):
 
 
 @HOOKS.register_module()
+class SigtermAfterIterHook(Hook):
+    """Send this process SIGTERM right after iteration ``after_iter`` (default:
+    $XCIT_TEST_SIGTERM_AT; none: no signal), once per work dir (``sigterm_sent`` marks it): the
+    preemption hook, later in the same iteration's hooks, then stops the run at that iteration."""
+
+    priority = 'NORMAL'  # before the preemption hook (VERY_LOW)
+
+    def __init__(self, after_iter: Optional[int] = None) -> None:
+        self.after_iter = after_iter or int(os.environ.get('XCIT_TEST_SIGTERM_AT', 0))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        marker = os.path.join(runner.work_dir, 'sigterm_sent')
+        if runner.iter + 1 == self.after_iter and not os.path.exists(marker):
+            open(marker, 'w').close()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@HOOKS.register_module()
+class RecordSamplesHook(Hook):
+    """Append the image files of each training batch, one line per iteration, to ``samples.txt``."""
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        names = [os.path.basename(sample.img_path) for sample in data_batch['data_samples']]
+        with open(os.path.join(runner.work_dir, 'samples.txt'), 'a') as f:
+            f.write(' '.join(names) + '\n')
+
+
+@HOOKS.register_module()
 class KillOnFirstAttemptHook(Hook):
     """Rank ``rank`` SIGKILLs itself after iteration ``after_iter`` (and its checkpoint), on the
     group's first attempt only: a group that torchrun restarted (--max-restarts) runs on. Before

@@ -1,13 +1,16 @@
-"""RNG states survive a checkpoint file read weights-only; a seedless resume takes the checkpoint's seed."""
+"""RNG states survive a checkpoint file read weights-only and MMEngine's resume onto another device; a
+seedless resume takes the checkpoint's seed."""
 import random
 
 import numpy as np
 import torch
 from mmengine.config import Config
+from mmengine.registry import RUNNERS
 
+from helpers import tiny_seg_config
 from xcit_dense.checkpoint import allow_mmengine_checkpoints
 from xcit_dense.models.weights import read_checkpoint
-from xcit_dense.engine.hooks.rng_state import get_rng_state, set_rng_state
+from xcit_dense.engine.hooks.rng_state import RNGStateHook, get_rng_state, set_rng_state
 from xcit_dense.engine.run_config import seed_from_checkpoint
 
 
@@ -24,6 +27,14 @@ def test_states_round_trip_through_a_weights_only_checkpoint(tmp_path):
     assert draws() == expected
 
 
+def test_states_stored_as_tensors_still_restore():
+    """Checkpoints written before the states were NumPy arrays hold torch's as a ByteTensor."""
+    state = dict(get_rng_state(), torch=torch.get_rng_state())
+    expected = draws()
+    set_rng_state(state)
+    assert draws() == expected
+
+
 def test_a_seedless_config_resumes_under_the_checkpoint_seed(tmp_path):
     path = tmp_path / 'ckpt.pth'
     torch.save({'meta': {'seed': 1234}}, path)
@@ -36,3 +47,31 @@ def test_a_seedless_config_resumes_under_the_checkpoint_seed(tmp_path):
     seeded = Config(dict(randomness=dict(seed=7)))
     seed_from_checkpoint(seeded, str(path))
     assert seeded.randomness.seed == 7
+
+
+def test_states_restore_after_mmengine_resume_moves_every_tensor(tmp_path, seg_data):
+    """mmdet's and mmseg's own tools/train.py resume through MMEngine's ``Runner.resume``, which maps
+    the checkpoint to the run's device (a GPU). Here its map_location moves every tensor off the CPU
+    (to the meta device), and the RNG states still restore."""
+    cfg = Config.fromfile(str(tiny_seg_config(tmp_path, seg_data)))
+    cfg.work_dir = str(tmp_path / 'run')
+    cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1)  # restores when training starts
+    cfg.train_dataloader.sampler = dict(type='DefaultSampler', shuffle=False)
+    cfg.randomness = dict(seed=0)  # (deterministic=True would switch algorithms for this whole process)
+    runner = RUNNERS.build(cfg)
+    hook = next(h for h in runner.hooks if isinstance(h, RNGStateHook))
+    # a tensor that shows the map location at work (no model weight: none could be copied off meta)
+    checkpoint = dict(meta=dict(epoch=0, iter=1), state_dict=dict(unused=torch.zeros(1)),
+                      message_hub=runner.message_hub.state_dict())
+    hook.before_save_checkpoint(runner, checkpoint)  # this process's states, as training stores them
+    torch.save(checkpoint, tmp_path / 'ckpt.pth')
+    expected = draws()
+    moved = []
+
+    def off_the_cpu(storage, location):
+        moved.append(location)
+        return torch.UntypedStorage(storage.nbytes(), device='meta')
+    runner.resume(str(tmp_path / 'ckpt.pth'), map_location=off_the_cpu)
+    hook.before_train(runner)
+    assert draws() == expected
+    assert moved == ['cpu']  # the one tensor, off the CPU

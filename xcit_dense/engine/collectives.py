@@ -1,5 +1,5 @@
-"""The toolkit's own control collectives (stop flags, restart counts, RNG states, the exit meeting),
-all in this one module.
+"""The toolkit's own control collectives (stop flags, restart counts, RNG states, the checkpoint to
+resume from, the exit meeting), all in this one module.
 
 A collective must use the device its group's backend serves: NCCL serves CUDA tensors only and
 raises "No backend type associated with device type cpu" for a CPU tensor. When the main group's
@@ -70,6 +70,17 @@ def gather_objects(obj: Any) -> List[Any]:
     gathered: List[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, obj, group=group)
     return gathered
+
+
+def broadcast_from_first(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled over the control group); ``obj`` without a group.
+    Every rank must call it at the same point; the others' ``obj`` is ignored."""
+    if not dist.is_initialized():
+        return obj
+    group, _ = control_group()
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
 
 
 def meet(timeout_s: float) -> None:

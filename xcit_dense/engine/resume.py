@@ -1,8 +1,9 @@
 """Resuming a training run: which checkpoint it continues from, read once, and whether its group restarted.
 
 A run continues from a checkpoint when ``--resume`` asks for it (without a path: the newest checkpoint
-of the work dir that loads), or by itself when its process group was started again after a failure
-(torchrun ``--max-restarts``, a requeued Slurm job). The chosen file is read once: the seed, the check
+of the work dir that loads, by the progress its meta records; rank 0 chooses for all ranks), or by
+itself when its process group was started again after a failure (torchrun ``--max-restarts``, a
+requeued Slurm job). The chosen file is read whole once (the others' meta alone): the seed, the check
 against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the hooks that keep
 state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
 pointer MMEngine's own ``resume=True`` follows, is written here too.
@@ -14,12 +15,14 @@ import re
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple, Union
 
+import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checkpoint import AtomicLocalBackend, CheckpointError
+from ..checkpoint import AtomicLocalBackend, CheckpointError, read_meta
 from ..models.weights import check_matches_model, read_checkpoint
 from . import collectives
+from .data_position import progress_key
 
 __all__ = ['Restart', 'Resume', 'agree_on_restart', 'find_resumable_checkpoint', 'read_resumable_checkpoint',
            'restart', 'seed_from_checkpoint', 'write_pointer']
@@ -63,31 +66,36 @@ def write_pointer(work_dir: str, checkpoint: str) -> None:
     AtomicLocalBackend().put_text(checkpoint, os.path.join(work_dir, 'last_checkpoint'))
 
 
-CHECKPOINT_NAME = re.compile(r'(?:iter|epoch)_(\d+)\.pth$')
+CHECKPOINT_NAME = re.compile(r'(?:iter|epoch)_\d+\.pth$')  # the training checkpoints (not best_*)
 
 
-def _candidates(work_dir: str) -> List[str]:
-    """Training checkpoints of a work dir, the pointer's target first, then newest to oldest."""
-    files = [f for f in glob.glob(os.path.join(work_dir, '*.pth')) if CHECKPOINT_NAME.search(f)]
-    files.sort(key=lambda p: (int(CHECKPOINT_NAME.search(p).group(1)), os.path.getmtime(p)),
-               reverse=True)
-    pointer = os.path.join(work_dir, 'last_checkpoint')
-    if os.path.isfile(pointer):
-        target = open(pointer).read().strip()
-        if target in files:
-            files.remove(target)
-            files.insert(0, target)
-    return files
+def _newest_first(work_dir: str) -> Tuple[List[str], List[str]]:
+    """The training checkpoints of a work dir (absolute paths), the furthest run first, and what
+    kept others out.
+
+    How far a checkpoint's run got is read from its ``meta`` alone (``data_position.progress_key``),
+    never from the number in its name: ``epoch_N`` and ``iter_N`` count different things, and a
+    preemption's ``iter_N`` may be older than an epoch's checkpoint written after it. Files whose
+    meta cannot be read are reported and skipped; the modification time breaks ties."""
+    folder = os.path.abspath(work_dir)
+    ranked, problems = [], []
+    for path in glob.glob(os.path.join(glob.escape(folder), '*.pth')):
+        if not CHECKPOINT_NAME.search(os.path.basename(path)):
+            continue
+        try:
+            ranked.append((progress_key(read_meta(path)), os.path.getmtime(path), path))
+        except (CheckpointError, FileNotFoundError) as exc:
+            problems.append(str(exc))
+            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
+    ranked.sort(reverse=True)
+    return [path for _, _, path in ranked], problems
 
 
-def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
-    """The newest checkpoint of ``work_dir`` that loads, and its contents; None when there is none at all.
-
-    Unreadable ones (truncated, empty) are reported and skipped; if checkpoints exist but none
-    loads, this raises rather than letting the run start from scratch.
-    """
-    problems = []
-    for path in _candidates(work_dir):
+def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
+    """The newest checkpoint of ``work_dir`` that reads whole, and its contents; None when there is
+    none at all. Raises CheckpointError when checkpoints exist but none can be read."""
+    paths, problems = _newest_first(work_dir)
+    for path in paths:
         try:
             checkpoint = read_checkpoint(path)
         except (CheckpointError, FileNotFoundError) as exc:
@@ -101,6 +109,28 @@ def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
     if problems:
         raise CheckpointError(f'no checkpoint in {work_dir} can be loaded: ' + '; '.join(problems))
     return None
+
+
+def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
+    """The newest checkpoint of ``work_dir`` that loads, and its contents; None when there is none at all.
+
+    Rank 0 chooses, and every rank resumes from its choice (a collective: on a shared file system
+    with client caching, ranks could see different files). Unreadable checkpoints are reported and
+    skipped; if checkpoints exist but none loads, this raises (on every rank) rather than letting
+    the run start from scratch.
+    """
+    found, error = None, None
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        try:
+            found = _read_newest(work_dir)
+        except CheckpointError as exc:
+            error = str(exc)
+    path, error = collectives.broadcast_from_first((found[0] if found else None, error))
+    if error:
+        raise CheckpointError(error)
+    if path is None:
+        return None
+    return found or (path, read_checkpoint(path))
 
 
 def find_resumable_checkpoint(work_dir: str) -> Optional[str]:

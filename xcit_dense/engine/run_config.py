@@ -202,6 +202,8 @@ def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) ->
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
     resume = Resume.choose(cfg.work_dir, args.resume)
     resume.configure(cfg)
-    if not resume.path and cfg.get('load_from'):
-        cfg.model.backbone.init_cfg = None  # the checkpoint holds every backbone weight (checked once built)
+    if resume.path or cfg.get('load_from'):
+        # the checkpoint holds every backbone weight (checked once built): no pretrained file is read
+        # or downloaded only to be overwritten
+        cfg.model.backbone.init_cfg = None
     return TrainingRun(plan, resume)

@@ -42,8 +42,8 @@ class ToolkitRunner(Runner):
 
         The contents are on the CPU where MMEngine's GPU resume maps them to the rank's device; what
         it does with them still lands there (GPU-only path, not run by the CPU tests): the weights
-        are copied into the parameters, torch's optimizer casts its state to each parameter's
-        device, and the CUDA RNG states are set from CPU tensors, as ``torch.cuda.set_rng_state`` takes them."""
+        are copied into the parameters and torch's optimizer casts its state to each parameter's
+        device (the RNG states are NumPy arrays, which no map location moves)."""
         self._handed = (filename, checkpoint)
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,

@@ -3,6 +3,7 @@
 The runtime base configs declare them as named ``default_hooks`` entries (see TOOLKIT_HOOKS).
 """
 from .batch_plan_hook import BatchPlanHook
+from .data_position_hook import DataPositionHook
 from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
@@ -13,7 +14,8 @@ from .throughput import ThroughputHook
 # configs that do not inherit it: run_config.declare_hooks; tests/unit/test_hooks_config.py keeps them equal)
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
+                     data_position='DataPositionHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook')
 
-__all__ = ['BatchPlanHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
+__all__ = ['BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
            'PreemptionHook', 'RNGStateHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

@@ -1,4 +1,7 @@
-"""A checkpoint on preemption signals, so that a requeued job loses at most one iteration."""
+"""A checkpoint on preemption signals, at an iteration boundary, so that a requeued job neither
+loses nor repeats a batch: the checkpoint holds the state after its last completed iteration and,
+through ``DataPositionHook``, the samples of the epoch trained so far, where the resume continues
+(in epoch loops as in iteration loops)."""
 import os
 import signal
 import subprocess
@@ -64,13 +67,15 @@ class PreemptionHook(Hook):
     process, a signal that arrives while the next batch is loaded (bad samples retried, slow
     storage) stops at once, with the checkpoint of the last completed iteration.
 
-    The checkpoint is ``iter_<step>.pth``, and ``last_checkpoint`` points at it. Under Slurm the hook
-    then requeues the job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them
-    with REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py
-    continues from that checkpoint without being asked (engine/resume.py). Elsewhere the run just
-    stops; ``--resume`` continues it. The process exits with 128 + the signal number. All ranks stop at the same iteration, the end of an optimizer step
-    (with gradient accumulation, the step under way is finished first); they learn of a signal
-    in the step's one agreement (``step_agreement``).
+    The checkpoint is ``iter_<step>.pth`` (``step``: the iterations done), with the data position of
+    ``DataPositionHook``; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
+    job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them with
+    REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py continues
+    from the newest checkpoint without being asked (engine/resume.py). Elsewhere the run just stops;
+    ``--resume`` continues it at the next sample. The process exits with 128 + the signal number.
+    All ranks stop at the same iteration, the end of an optimizer step (with gradient accumulation,
+    the step under way is finished first); they learn of a signal in the step's one agreement
+    (``step_agreement``).
     """
 
     priority = 'VERY_LOW'  # after the regular checkpoint hook

@@ -1,7 +1,7 @@
 """Every rank's random-number generator states in checkpoints, so that a resumed run draws the
 same augmentations and drop paths as an uninterrupted one (MMEngine only re-seeds on resume)."""
 import random
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -10,14 +10,30 @@ from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import world_size
+from .data_position_hook import when_resumed
+
+
+def _as_bytes(state: torch.Tensor) -> np.ndarray:
+    """A torch generator state as a NumPy byte array: a checkpoint's ``map_location`` moves tensors
+    to the run's device (MMEngine's resume maps them to the GPU), never NumPy arrays."""
+    return state.cpu().numpy().copy()
+
+
+def _as_byte_tensor(state) -> torch.Tensor:
+    """The CPU ByteTensor torch's ``set_rng_state`` takes, from a NumPy byte array or a tensor on
+    any device (checkpoints written before the states were stored as arrays)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    return torch.from_numpy(np.ascontiguousarray(state, dtype=np.uint8))
 
 
 def get_rng_state() -> dict:
     """This process's Python, NumPy, torch CPU and (once initialised) CUDA generator states; CUDA's
-    of the device set for this rank, the only one it draws on."""
-    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    of the device set for this rank, the only one it draws on. Torch's as NumPy byte arrays."""
+    state = dict(python=random.getstate(), numpy=np.random.get_state(),
+                 torch=_as_bytes(torch.get_rng_state()))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state()
+        state['cuda'] = _as_bytes(torch.cuda.get_rng_state())
     return state
 
 
@@ -28,7 +44,7 @@ def set_rng_state(state: dict) -> Optional[str]:
     written before the per-device rule) is restored only onto as many visible GPUs."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
-    torch.set_rng_state(state['torch'])
+    torch.set_rng_state(_as_byte_tensor(state['torch']))
     cuda = state.get('cuda')
     if cuda is None:
         return None
@@ -36,11 +52,11 @@ def set_rng_state(state: dict) -> Optional[str]:
     if isinstance(cuda, (list, tuple)):
         if len(cuda) != visible:
             return f'the CUDA states of {len(cuda)} GPU(s), but this process sees {visible}'
-        torch.cuda.set_rng_state_all(cuda)
+        torch.cuda.set_rng_state_all([_as_byte_tensor(device) for device in cuda])
     elif not visible:
         return 'the CUDA state, since this process sees no GPU'
     else:
-        torch.cuda.set_rng_state(cuda)
+        torch.cuda.set_rng_state(_as_byte_tensor(cuda))
     return None
 
 
@@ -64,24 +80,6 @@ def _log_restored(logger, missed: Optional[str]) -> None:
                        f'random numbers continue from the seed')
     else:
         logger.info('RNG states restored from the checkpoint')
-
-
-class _RestoreAfterSkip:
-    """The train loop's batch iterator, restoring RNG states once the batches trained before
-    the checkpoint are skipped: skipping runs the pipeline, and its draws must not count."""
-
-    def __init__(self, batches: Iterator, skip: int, state: dict, logger) -> None:
-        self.batches, self.skip, self.state, self.logger = batches, skip, state, logger
-
-    def __iter__(self) -> '_RestoreAfterSkip':
-        return self
-
-    def __next__(self):
-        if self.skip == 0 and self.state is not None:
-            _log_restored(self.logger, set_rng_state(self.state))
-            self.state = None
-        self.skip -= 1
-        return next(self.batches)
 
 
 @HOOKS.register_module()
@@ -132,7 +130,8 @@ class RNGStateHook(Hook):
         self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
 
     def before_train(self, runner) -> None:
-        """On resume, restore this rank's states: after the skipped batches in an iteration loop.
+        """On resume, restore this rank's states once the batches already trained are dropped
+        (loading them draws augmentations that must not count; ``DataPositionHook``).
 
         A checkpoint loaded for its weights alone (training from iteration 0) restores nothing.
         """
@@ -147,12 +146,8 @@ class RNGStateHook(Hook):
             runner.logger.info(f'RNG state not restored: the checkpoint holds {len(states)} '
                                f'rank(s), this run has {world_size()}')
             return
-        loop = runner.train_loop
-        if hasattr(loop, 'dataloader_iterator'):
-            loop.dataloader_iterator = _RestoreAfterSkip(loop.dataloader_iterator, runner.iter,
-                                                         states[runner.rank], runner.logger)
-        else:
-            _log_restored(runner.logger, set_rng_state(states[runner.rank]))
+        state = states[runner.rank]
+        when_resumed(runner, lambda: _log_restored(runner.logger, set_rng_state(state)))
 
     def before_val(self, runner) -> None:
         """Note the training streams' states before validation."""

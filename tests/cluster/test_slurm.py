@@ -5,6 +5,7 @@ import time
 from typing import Iterator
 
 import pytest
+import torch
 
 import slurm_cluster
 from helpers import ROOT, free_port, hooked_config, launch_env, read_log, require_capability, run
@@ -62,9 +63,32 @@ def job_field(cluster: slurm_cluster.PrivateSlurmCluster, job: str, field: str) 
     return match.group(1) if match else ''
 
 
-def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data):
-    config = hooked_config(tmp_path, seg_data, max_iters=12, slow=0.5, interval=12)
-    work_dir, out = tmp_path / 'run', tmp_path / 'job.out'
+def epoch_config(folder, seg_data, slow: float = 0.0):
+    """The launcher tests' tiny config as an epoch loop, as the recipe's Mask R-CNN runs: 2 epochs of
+    4 iterations at 2 ranks x 1 image, the samples shuffled, a checkpoint at each epoch's end."""
+    folder.mkdir(parents=True)
+    config = hooked_config(folder, seg_data, slow=slow)
+    config.write_text(config.read_text() + (
+        "train_cfg = dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=2, val_interval=2)\n"
+        "train_dataloader['batch_size'] = 1\n"
+        "train_dataloader['sampler'] = dict(_delete_=True, type='DefaultSampler', shuffle=True)\n"
+        "default_hooks['checkpoint'] = dict(interval=1, by_epoch=True)\n"
+        "log_processor = dict(by_epoch=True)\n"))
+    return config
+
+
+def test_preemption_mid_epoch_checkpoints_requeues_and_ends_as_the_uninterrupted_run(slurm, tmp_path, seg_data):
+    """SIGUSR1 in the second epoch of an epoch loop: the requeued job continues at the next sample
+    (before, MMEngine's epoch loop trained the whole epoch again) and ends with the weights of the
+    same run uninterrupted."""
+    reference_dir = tmp_path / 'reference'
+    reference = run(['bash', str(ROOT / 'tools/slurm_train.sh'), 'debug', 'xcit-reference',
+                     str(epoch_config(reference_dir, seg_data)), str(reference_dir / 'run')],
+                    cwd=tmp_path, env=slurm_env(slurm), timeout=900)
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    preempted_dir = tmp_path / 'preempted'
+    config = epoch_config(preempted_dir, seg_data, slow=0.5)
+    work_dir, out = preempted_dir / 'run', tmp_path / 'job.out'
     env = slurm_env(slurm)
     script = tmp_path / 'job.sh'
     script.write_text(  # no --resume: the requeued job resumes by itself
@@ -75,8 +99,8 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
                           '--gres=gpu:2', str(script)], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()
     deadline = time.time() + 600
-    while not re.search(r'Iter\(train\) \[\s*3/12\]', out.read_text() if out.exists() else ''):
-        assert time.time() < deadline, 'the job did not reach iteration 3'
+    while not re.search(r'Epoch\(train\) \[2\]\[1/4\]', out.read_text() if out.exists() else ''):
+        assert time.time() < deadline, 'the job did not reach epoch 2'
         time.sleep(0.5)
     slurm.run('scancel', '--signal=USR1', job, check=True)
     requeued = False
@@ -104,10 +128,18 @@ def test_preemption_checkpoints_requeues_and_finishes(slurm, tmp_path, seg_data)
     assert 'SIGUSR1 received: saving a checkpoint at iteration' in text
     assert f'requeueing Slurm job {job}' in text
     saved = int(re.search(r'saving a checkpoint at iteration (\d+)', text).group(1))
-    assert f'resumed epoch: 0, iter: {saved}' in text
+    assert 4 < saved < 8, saved  # inside the second epoch
+    assert f'resumed epoch: 1, iter: {saved}' in text
     assert re.search(rf'Slurm requeue 1 of the group \(SLURM_RESTART_COUNT\): resuming from \S*iter_{saved}\.pth', text)
-    assert re.search(r'Iter\(train\) \[12/12\]', text)
-    assert (work_dir / 'iter_12.pth').exists()
+    resumed = text.split('Slurm requeue 1 of the group', 1)[1]
+    trained = re.findall(r'Epoch\(train\) \[2\]\[(\d)/4\]', resumed)
+    assert trained == [str(i) for i in range(saved - 4 + 1, 5)], trained  # the epoch's rest, nothing again
+    for rank in (0, 1):
+        got = torch.load(work_dir / f'rank{rank}.pth', weights_only=True)
+        want = torch.load(reference_dir / 'run' / f'rank{rank}.pth', weights_only=True)
+        assert got.keys() == want.keys()
+        worst = max((got[k].double() - want[k].double()).abs().max().item() for k in want)
+        assert worst <= 1e-6, worst
 
 
 def srun_env(cluster: slurm_cluster.PrivateSlurmCluster) -> str:

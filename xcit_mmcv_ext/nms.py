@@ -15,6 +15,7 @@ Rules kept, the same on every device:
 from typing import List
 
 import torch
+import torchvision  # noqa: F401  (registers the torch.ops.torchvision kernels called here)
 from torch import Tensor
 
 MAX_RANKED = 2 ** 24  # float64-scored boxes whose float32 ranks stay distinct

@@ -3,8 +3,6 @@
 It holds mmcv 2.1.0's served functions under mmcv's names, the two build-information functions
 mmcv's ``collect_env`` calls, and a raising function for every other name (``left_out``).
 """
-import torchvision  # noqa: F401  (registers the torch.ops.torchvision kernels used by nms and roi_align)
-
 from xcit_mmcv_ext.left_out import LEFT_OUT, left_out_op
 from xcit_mmcv_ext.nms import nms, nms_match, softnms
 from xcit_mmcv_ext.roi_align import roi_align_backward, roi_align_forward

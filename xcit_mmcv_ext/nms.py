@@ -6,17 +6,19 @@ Rules kept, the same on every device:
   as mmcv's ``float`` argument is (mmcv's CPU kernel; its CUDA kernel compared ``inter > thr * union``).
 - Ties: boxes of equal score are taken in their input order (a stable sort). mmcv sorted
   unstably, so its order of tied scores was an accident of its sort; this one is reproducible.
-- Scores of any floating dtype are ranked in their own dtype: NMS runs on a strictly decreasing
-  float32 rank, so float64 scores that differ only beyond float32 stay ordered.
+- Scores of any floating dtype are ranked in their own dtype: float16 and bfloat16 exactly as
+  float32; float64 ones through a strictly decreasing float32 rank, so scores that differ only
+  beyond float32 stay ordered.
 - ``offset=1`` (legacy pixel boxes, width ``x2 - x1 + 1``): 1 is added to x2 and y2 first; the
   same numbers as mmcv where those float32 sums are exact (integer coordinates below 2**24).
 """
 from typing import List
 
 import torch
+import torchvision  # noqa: F401  (registers the torch.ops.torchvision kernels called here)
 from torch import Tensor
 
-MAX_RANKED = 2 ** 24  # boxes whose float32 ranks stay distinct
+MAX_RANKED = 2 ** 24  # float64-scored boxes whose float32 ranks stay distinct
 
 
 def _float32(value: float) -> float:
@@ -30,17 +32,20 @@ def _check_offset(offset: int) -> None:
 
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Tensor:
-    """Indices of the boxes kept by greedy NMS, highest score first (torchvision's kernel)."""
+    """Indices of the boxes kept by greedy NMS, highest score first (torchvision's kernel, whose
+    sort is stable: ties in input order)."""
     _check_offset(offset)
-    if boxes.size(0) > MAX_RANKED:
-        raise ValueError(f'nms ranks at most {MAX_RANKED} boxes, got {boxes.size(0)}')
-    order = torch.sort(scores, descending=True, stable=True).indices
-    sorted_boxes = boxes[order].float()
+    boxes = boxes.float()
     if offset:
-        sorted_boxes = sorted_boxes + sorted_boxes.new_tensor([0, 0, 1, 1])
+        boxes = boxes + boxes.new_tensor([0, 0, 1, 1])
+    if scores.dtype != torch.float64:  # float32 holds float16 and bfloat16 scores exactly
+        return torch.ops.torchvision.nms(boxes, scores.float(), _float32(iou_threshold))
+    # float64 scores that differ only beyond float32: NMS on their float32 rank instead
+    if boxes.size(0) > MAX_RANKED:
+        raise ValueError(f'nms ranks at most {MAX_RANKED} float64 scores, got {boxes.size(0)}')
+    order = torch.sort(scores, descending=True, stable=True).indices
     rank = torch.arange(len(order), 0, -1, dtype=torch.float32, device=boxes.device)
-    keep = torch.ops.torchvision.nms(sorted_boxes, rank, _float32(iou_threshold))
-    return order[keep]
+    return order[torch.ops.torchvision.nms(boxes[order], rank, _float32(iou_threshold))]
 
 
 def _overlaps(box: Tensor, others: Tensor, areas: Tensor, area: Tensor, offset: int) -> Tensor:

@@ -56,7 +56,7 @@ def random_boxes(n, seed=0, integer=False):
 @pytest.mark.parametrize('offset', [0, 1])
 @pytest.mark.parametrize('thr', [0.3, 0.5, 0.7])
 def test_nms_keeps_what_greedy_nms_keeps_in_its_order(offset, thr):
-    """Random boxes with many tied scores. Planted: an unstable sort (tie order), offset ignored,
+    """Random boxes with many tied scores. Planted: ties in reverse input order, offset ignored,
     or a threshold compared with >= fails here."""
     boxes, scores = random_boxes(120, integer=bool(offset))
     _, keep = nms(boxes, scores, thr, offset=offset)
@@ -74,7 +74,7 @@ def test_boxes_exactly_at_the_threshold_are_kept():
 
 
 def test_ties_keep_the_first_box_in_input_order():
-    """Planted: a descending sort that is not stable may keep index 2 here."""
+    """Planted: ties taken in reverse input order keep index 2 here."""
     boxes = torch.tensor([[0, 0, 10, 10]] * 4, dtype=torch.float32)
     scores = torch.tensor([0.5, 0.9, 0.9, 0.1])
     assert nms(boxes, scores, 0.5)[1].tolist() == [1]

@@ -174,3 +174,16 @@ def test_deterministic_mode_alerts_for_the_cuda_backward():
             served.alert_nondeterministic(cuda)
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_the_backward_writes_into_a_grad_input_that_is_a_view():
+    """mmcv hands a fresh tensor, whose storage the backward takes over (no copy); a view into a
+    larger tensor is written in place. Planted: taking over every grad_input's storage."""
+    feats, rois = case()
+    grad_out = torch.randn(len(rois), 3, 3, 4, generator=torch.Generator().manual_seed(1))
+    args = (3, 4, 0.5, 2, served.AVG_POOL, True)
+    own = torch.zeros(2, 3, 10, 12)
+    served.roi_align_backward(grad_out, rois, None, None, own, *args)
+    larger = torch.zeros(3, 2, 3, 10, 12)
+    served.roi_align_backward(grad_out, rois, None, None, larger[1], *args)
+    assert own.abs().sum() > 0 and torch.equal(larger[1], own) and not larger[[0, 2]].any()

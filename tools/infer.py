@@ -24,7 +24,7 @@ from tqdm import tqdm
 from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.pixel_limit import DEFAULT_MAX_PIXELS
-from xcit_dense.datasets.problems import BadSample
+from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
 from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
@@ -74,6 +74,8 @@ def read_image(path: str, max_pixels: int) -> np.ndarray:
         check_image_file(path, max_pixels=max_pixels)
         return decode_image(path)
     except BadSample as exc:
+        if exc.kind == UNREADABLE_IMAGE:
+            raise ValueError(f'{path}: not an image (cannot be decoded)') from None
         raise ValueError(f'{path}: {exc.kind}: {exc.detail}') from None
     except (OSError, MemoryError) as exc:
         raise ValueError(f'{path}: cannot be decoded: {type(exc).__name__}: {str(exc).strip()[:300]}') from None

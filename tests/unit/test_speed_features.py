@@ -76,18 +76,25 @@ def test_compile_gives_the_same_outputs(tiny_xcit, monkeypatch):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
 
 
-def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
-    def broken(fn):
-        def run(*args):  # what torch.compile raises when it cannot compile (inductor's come wrapped)
-            raise torch._dynamo.exc.InternalTorchDynamoError('no C++ compiler found\nlong traceback ...')
-        return run
-    monkeypatch.setattr(xcit_module, '_compiled', broken)
+def _run_twice_beside_eager(tiny_xcit):
+    """A compiled tiny XCiT run twice and its eager twin once on one input: the compiled model, the
+    eager and compiled outputs, and the log records of the compiled runs."""
     plain, compiled = _pair(tiny_xcit, 8, compile=True)
     x = torch.randn(1, 3, 64, 64)
     with log_records() as records, torch.no_grad():
         got = [compiled.eval()(x) for _ in range(2)][-1]
     with torch.no_grad():
         expected = plain.eval()(x)
+    return compiled, expected, got, records
+
+
+def test_compile_failure_falls_back_with_one_log_line(tiny_xcit, monkeypatch):
+    def broken(fn):
+        def run(*args):  # what torch.compile raises when it cannot compile (inductor's come wrapped)
+            raise torch._dynamo.exc.InternalTorchDynamoError('no C++ compiler found\nlong traceback ...')
+        return run
+    monkeypatch.setattr(xcit_module, '_compiled', broken)
+    compiled, expected, got, records = _run_twice_beside_eager(tiny_xcit)
     assert compiled._compile_failed
     assert [r.getMessage() for r in records] == [
         'XCiT: torch.compile failed, running eagerly (InternalTorchDynamoError: no C++ compiler found)']
@@ -102,12 +109,7 @@ def test_without_a_c_compiler_compile_runs_eagerly_with_one_warning(tiny_xcit, m
     for name in ('CC', 'CXX'):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(xcit_module, '_compiled', lambda fn: pytest.fail('torch.compile tried without a compiler'))
-    plain, compiled = _pair(tiny_xcit, 8, compile=True)
-    x = torch.randn(1, 3, 64, 64)
-    with log_records() as records, torch.no_grad():
-        got = [compiled.eval()(x) for _ in range(2)][-1]
-    with torch.no_grad():
-        expected = plain.eval()(x)
+    compiled, expected, got, records = _run_twice_beside_eager(tiny_xcit)
     assert [r.getMessage() for r in records] == [
         'XCiT: torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and none was found '
         '(CXX, CC, g++, gcc, clang++, clang, c++, cc): running eagerly']

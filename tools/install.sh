@@ -11,6 +11,8 @@
 #   XCIT_VENV        the virtual environment to use or create (default: <repo>/.venv)
 #   XCIT_PYTHON      the interpreter that creates it (default: python3.11, else python3)
 #   XCIT_MMCV        lite (default): mmcv-lite and the toolkit's mmcv._ext; compiled: mmcv built with its ops
+#   XCIT_TORCH       torch and torchvision requirements instead of the pins of requirements/runtime.txt,
+#                    e.g. XCIT_TORCH='torch==2.15.0 torchvision==0.29.2' (the newest on PyPI; untested by CI)
 # With XCIT_MMCV=compiled only:
 #   XCIT_CACHE       where built mmcv wheels are kept and reused (default: ~/.cache/xcit-dense)
 #   XCIT_MMCV_CUDA   auto (default): build mmcv's CUDA ops when a GPU is visible;
@@ -39,6 +41,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PYTHON="$VENV/bin/python"
+# the runtime requirements, with XCIT_TORCH's torch and torchvision in place of the pinned ones
+RUNTIME="$ROOT/requirements/runtime.txt"
+if [ -n "${XCIT_TORCH:-}" ]; then
+  RUNTIME="$(mktemp)"
+  trap 'rm -f "$RUNTIME"' EXIT
+  grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$ROOT/requirements/runtime.txt" > "$RUNTIME"
+  for requirement in $XCIT_TORCH; do echo "$requirement" >> "$RUNTIME"; done
+fi
 # pip, minus the warnings of a machine-wide pip config whose local indexes are absent
 pip_q() {
   "$PYTHON" -m pip --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
@@ -52,6 +62,7 @@ STAMP="$VENV/.xcit-dense-stamp"
 stamp() {
   local s
   s="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT mmcv=$MMCV"
+  s+="${XCIT_TORCH:+ torch=$XCIT_TORCH}"
   [ "$MMCV" = compiled ] || { echo "$s"; return; }
   s+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
   if [ "${XCIT_MMCV_CUDA:-auto}" = auto ]; then
@@ -77,12 +88,12 @@ if [ "$MMCV" = lite ]; then
   fi
   # one resolution for everything: pip's start and resolve are a large part of an install from wheels
   log "installing the stack (torch, mmengine, mmdet, mmseg, timm, mmcv-lite $MMCV_VERSION) and the test tools"
-  pip_q install -q -r "$ROOT/requirements/build.txt" -r "$ROOT/requirements/runtime.txt" \
+  pip_q install -q -r "$ROOT/requirements/build.txt" -r "$RUNTIME" \
     "mmcv-lite==$MMCV_VERSION" -r "$ROOT/requirements/tests.txt"
 else
   log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg, timm)"
   pip_q install -q -r "$ROOT/requirements/build.txt"
-  pip_q install -q -r "$ROOT/requirements/runtime.txt"
+  pip_q install -q -r "$RUNTIME"
   if installed mmcv-lite; then
     log "removing mmcv-lite"
     pip_q uninstall -q -y mmcv-lite

@@ -52,6 +52,17 @@ def temp_files_in_session_dir(tmp_path_factory) -> Iterator[Path]:
         yield tmp
 
 
+@pytest.fixture(autouse=True)
+def torch_determinism_restored() -> Iterator[None]:
+    """A Runner built in this process with ``randomness.deterministic=True`` switches torch's
+    deterministic mode on for the whole process: each test leaves the mode as it found it."""
+    mode = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    yield
+    torch.use_deterministic_algorithms(mode[0], warn_only=mode[1])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+
+
 @pytest.fixture(scope='session', autouse=True)
 def repository_stays_clean() -> Iterator[None]:
     """Fail the run if the tests added or changed files in the repository (work_dirs/, configs/, ...)."""

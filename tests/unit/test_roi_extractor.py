@@ -4,13 +4,15 @@ backbone's maps are channels_last on a CPU. Planted: dropping the extractor's ``
 fails the layout assertion here, whichever mmcv._ext is installed."""
 import torch
 from mmdet.registry import MODELS
+from mmengine.registry import DefaultScope
 
 import xcit_dense.models.kernel_dtypes  # noqa: F401  (registers the extractor)
 
 
 def test_channels_last_maps_reach_roi_align_as_nchw_with_the_same_features():
-    extractor = MODELS.build(dict(type='KernelDtypeRoIExtractor', out_channels=8, featmap_strides=[4, 8],
-                                  roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)))
+    with DefaultScope.overwrite_default_scope('mmdet'):  # whatever scope an earlier test left current
+        extractor = MODELS.build(dict(type='KernelDtypeRoIExtractor', out_channels=8, featmap_strides=[4, 8],
+                                      roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)))
     layouts = []
     for layer in extractor.roi_layers:
         layer.register_forward_pre_hook(lambda module, args: layouts.append(args[0].is_contiguous()))

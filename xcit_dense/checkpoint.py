@@ -1,8 +1,9 @@
 """Checkpoint files: reading them safely, writing them atomically.
 
-Every read of a checkpoint goes through :func:`load_weights_only`: the file is inspected
-(weights_only.py) and read with ``torch.load(weights_only=True)``, so a checkpoint can never run
-code nor claim more memory than it holds; URLs are downloaded by download.py. Writes go to a
+Every read of a checkpoint goes through :func:`load_weights_only`: the file is read by
+checked_unpickler.py, which builds nothing but tensors, containers and numeric values and checks each
+as it is built, so a checkpoint can never run code nor claim more memory than its size allows; URLs
+are downloaded by download.py. Writes go to a
 temporary file, created exclusively and renamed into place, so a kill while saving never leaves a
 truncated checkpoint under a checkpoint's name and a link planted in a shared work dir is never
 followed. What the contents mean to a model (the released models' layout, fit checks) and MMEngine's
@@ -16,11 +17,11 @@ from typing import Any, Optional, Union
 import torch
 from mmengine.fileio import LocalBackend, register_backend
 
+from .checked_unpickler import describe as describe_refusal, load_checked
 from .download import DownloadError, download, file_digest
-from .weights_only import allow_mmengine_checkpoints, describe as describe_refusal, inspect_checkpoint
 
 __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
-           'allow_mmengine_checkpoints', 'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
+           'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
 _UMASK = os.umask(0)
@@ -33,11 +34,11 @@ class CheckpointError(RuntimeError):
 
 def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu',
                       mmap: bool = False) -> Any:
-    """``torch.load(weights_only=True)`` after :func:`inspect_checkpoint`; errors name the file.
-    ``mmap``: the tensors' data is mapped from the file, read only when used (zip archives only)."""
+    """The object in the checkpoint file ``path``, read by :func:`checked_unpickler.load_checked`
+    (nothing but weights and plain values); errors name the file. ``mmap``: the tensors' data is
+    mapped from the file, read only when used (zip archives only)."""
     try:
-        inspect_checkpoint(path)
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        return load_checked(path, map_location, mmap)
     except Exception as exc:
         reason = describe_refusal(exc)
         if reason is None:

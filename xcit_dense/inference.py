@@ -1,8 +1,8 @@
 """Prediction with mmdet's and mmseg's own inferencers on this toolkit's configs and checkpoints.
 
 The stock ``DetInferencer`` and ``MMSegInferencer`` take a toolkit config and checkpoint as they
-take any other, once ``allow_mmengine_checkpoints()`` (``xcit_dense.checkpoint``) has let
-torch's ``weights_only`` loading read MMEngine's checkpoints. They load weights non-strictly,
+take any other (MMEngine's checkpoint loader reads through the toolkit's checked reader,
+``models/checkpoint_schemes.py``). They load weights non-strictly,
 though: a segmentation checkpoint given to a detection config leaves a randomly initialised model
 behind a warning. ``build_inferencer`` returns the stock class with a check that refuses it.
 """
@@ -17,7 +17,7 @@ from mmengine.structures import BaseDataElement, PixelData
 from pycocotools import mask as mask_utils
 from torch import nn
 
-from .checkpoint import CheckpointError, allow_mmengine_checkpoints
+from .checkpoint import CheckpointError
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
 from .models.weights import check_matches_model
@@ -65,7 +65,6 @@ def build_inferencer(config: Union[str, Config], weights: str,
     """The stock inferencer of the config's task on ``weights`` (on ``device``, default
     ``default_device()``), refusing a checkpoint of the other task or of another model with
     ``CheckpointError``, and an mmcv build without ops for a GPU asked for with RuntimeError."""
-    allow_mmengine_checkpoints()
     device = device or default_device()
     if device.startswith('cuda'):
         check_cuda_ops()

@@ -11,7 +11,6 @@ import torch
 
 from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, tiny_seg_config,
                      train_cmd, wait_for)
-from xcit_dense.checkpoint import allow_mmengine_checkpoints
 from xcit_dense.models.weights import read_checkpoint
 
 
@@ -64,7 +63,6 @@ def test_a_checkpoint_written_before_rng_states_still_resumes(trained):
     """Checkpoints hold one RNG state per rank, readable weights-only; one without them resumes."""
     config, work_dir = trained
     path = work_dir / 'iter_4.pth'
-    allow_mmengine_checkpoints()
     states = read_checkpoint(str(path))['meta']['rng_states']
     assert len(states) == 1 and set(states[0]) >= {'python', 'numpy', 'torch'}
     old = torch.load(path, weights_only=False)

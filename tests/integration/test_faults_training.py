@@ -6,7 +6,7 @@ import time
 import torch
 
 from helpers import ROOT, free_port, launch_env, read_log, tiny_seg_config, train_cmd
-from xcit_dense.checkpoint import allow_mmengine_checkpoints
+from xcit_dense.models.torch_safe_globals import allow_mmengine_checkpoints
 
 HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)
 

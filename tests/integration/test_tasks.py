@@ -12,7 +12,7 @@ from mmengine.config import Config
 
 from helpers import ROOT, tiny_seg_config
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
-from xcit_dense.checkpoint import allow_mmengine_checkpoints
+from xcit_dense.models.torch_safe_globals import allow_mmengine_checkpoints
 from xcit_dense.inference import build_inferencer, predict_image
 from xcit_dense.models.weights import CheckpointError
 from xcit_dense.tasks import DETECTION, SEGMENTATION, task_of_config, task_of_state

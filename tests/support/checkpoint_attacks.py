@@ -6,6 +6,8 @@ Run by tests/unit/test_checkpoint_security.py as ``python checkpoint_attacks.py 
 set to FOLDER/torch_home: the files are written under FOLDER; the planted ones hold a PickleExploit that
 creates FOLDER/pwned when unpickled."""
 import json
+import pickle
+import resource
 import sys
 import zipfile
 from pathlib import Path
@@ -44,6 +46,16 @@ class ObjectArray:
         return (np.ndarray, ((1,), 'O', b'AAAAAAAA'))
 
 
+class BytearrayOf:
+    """``bytearray(data)``: a copy of ``data``, which the pickle stores once however often it is copied."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self):
+        return (bytearray, (self.data,))
+
+
 class ScalarSize:
     """A size hidden in a numpy scalar: ``bytearray(scalar(dtype('i8'), <64 GiB>))``."""
 
@@ -51,13 +63,39 @@ class ScalarSize:
         return (bytearray, (np._core.multiarray.scalar(np.dtype('i8'), DECLARED.to_bytes(8, 'little')),))
 
 
-def many_calls(folder: Path, calls: int = 120_000) -> Path:
-    """``calls`` bytearrays, each of half the file's size: every one within a per-call limit, about
-    ``calls`` x 0.8 MB (over 64 GiB) in all."""
+def many_calls(folder: Path, calls: int = 20_000) -> Path:
+    """``calls`` copies of one stored 256 KB bytes value (``bytearray(data)``): each within any limit
+    per call, 5 GiB in all, from a file of about 400 KB."""
     path = folder / 'many_calls.pth'
-    torch.save({'meta': [Bytearray(2 ** 30) for _ in range(calls)]}, path)
-    each = path.stat().st_size // 2  # pickled in as many bytes as 2**30: the file keeps its size
-    torch.save({'meta': [Bytearray(each) for _ in range(calls)]}, path)
+    data = bytes(2 ** 18)
+    torch.save({'meta': [BytearrayOf(data) for _ in range(calls)]}, path)
+    return path
+
+
+def many_opcodes(folder: Path, count: int = 2 ** 20) -> Path:
+    """A legacy file whose pickle is ``{'meta': [[], [], ...]}``, ``count`` empty lists of one opcode
+    each: 1 MB that unpickles into about 70 MB of objects (and a symbolic scan's stack of as many)."""
+    from torch.serialization import MAGIC_NUMBER, PROTOCOL_VERSION
+    info = dict(protocol_version=PROTOCOL_VERSION, little_endian=True, type_sizes=dict(short=2, int=4, long=4))
+    head = b''.join(pickle.dumps(value, 2) for value in (MAGIC_NUMBER, PROTOCOL_VERSION, info))
+    path = folder / 'many_opcodes.pth'
+    body = (pickle.PROTO + b'\x02' + pickle.EMPTY_DICT + pickle.BINUNICODE + b'\x04\x00\x00\x00meta' + pickle.EMPTY_LIST
+            + pickle.MARK + pickle.EMPTY_LIST * count + pickle.APPENDS + pickle.SETITEM + pickle.STOP)
+    path.write_bytes(head + body + pickle.dumps([], 2))
+    return path
+
+
+def zip_declaring(folder: Path, size: int) -> Path:
+    """A real checkpoint whose tensor record (deflated) declares ``size`` bytes in the central
+    directory, as a crafted archive would."""
+    torch.save({'state_dict': {'w': torch.zeros(256)}}, folder / 'plain.pth')
+    path = folder / 'record.pth'
+    with zipfile.ZipFile(folder / 'plain.pth') as source, zipfile.ZipFile(path, 'w') as out:
+        for info in source.infolist():
+            out.writestr(info.filename, source.read(info), compress_type=zipfile.ZIP_DEFLATED
+                         if '/data/' in info.filename else zipfile.ZIP_STORED)
+        record = next(i for i in out.filelist if '/data/' in i.filename)
+        record.file_size = size  # written into the central directory (zip64) at close
     return path
 
 
@@ -109,7 +147,23 @@ def init_resnet(model: ResNet) -> str:
     return 'initialised'
 
 
+def peak_growth(attempt) -> str:
+    """What ``attempt`` gives, and how far it raised the process's peak memory (MB)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        attempt()
+        outcome = 'loaded'
+    except CheckpointError as exc:
+        outcome = f'refused {exc}'
+    except MemoryError:
+        outcome = 'MemoryError'
+    return f'{outcome} | peak +{(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024} MB'
+
+
 def main(folder: Path) -> None:
+    opcodes = many_opcodes(folder)  # first: nothing else has raised the peak yet
+    cap_address_space()
+    print(json.dumps({'many opcodes': peak_growth(lambda: read_checkpoint(str(opcodes)))}), flush=True)
     hub = Path(torch.hub.get_dir()) / 'checkpoints'
     hub.mkdir(parents=True, exist_ok=True)
     for name in PLANTED:
@@ -118,11 +172,12 @@ def main(folder: Path) -> None:
     torch.save(benign, hub / BENIGN)
     torch.save({'meta': {'classes': ObjectArray()}}, folder / 'object_array.pth')
     torch.save({'meta': ScalarSize()}, folder / 'scalar_size.pth')
+    torch.save({'meta': Bytearray(DECLARED)}, folder / 'bytearray.pth')
     files = {'legacy with a zip appended': legacy_with_zip_appended(folder), 'two data.pkl': two_pickles(folder),
-             'size in a numpy scalar': folder / 'scalar_size.pth', 'many calls': many_calls(folder)}
+             'size in a numpy scalar': folder / 'scalar_size.pth', 'many calls': many_calls(folder),
+             'bytearray of 64 GiB': folder / 'bytearray.pth', 'record of 64 GiB': zip_declaring(folder, DECLARED)}
     planted_resnet = ResNet(depth=50, init_cfg=dict(type='Pretrained', checkpoint='torchvision://resnet50'))
     benign_resnet = ResNet(depth=18, init_cfg=dict(type='Pretrained', checkpoint='torchvision://resnet18'))
-    cap_address_space()
 
     for names in PLANTED.values():
         for name in names:

@@ -53,11 +53,9 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
                   whole: bool = False) -> nn.Module:
     """Export a config's backbone (dynamic size) or whole tensor forward (fixed size); returns the module."""
     from ..builder import build_model
-    from ..checkpoint import allow_mmengine_checkpoints
     from ..models.weights import read_checkpoint
     model = build_model(config, {'model.backbone.init_cfg': None}, init=checkpoint is None).eval()
     if checkpoint is not None:
-        allow_mmengine_checkpoints()
         ckpt = read_checkpoint(checkpoint)
         model.load_state_dict(ckpt.get('state_dict', ckpt))
     if whole:

@@ -4,7 +4,6 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
-from ..checkpoint import allow_mmengine_checkpoints
 from ..models.weights import diff_keys, read_checkpoint
 from ..models.weights import backbone_mismatch, summarise_keys, to_backbone_layout
 from .attention import class_attention_maps, classifier_from_state, xca_maps
@@ -14,7 +13,6 @@ from .attention_plots import load_image, output_prefix, save_arrays, save_class_
 def load_model(config: str, checkpoint: str) -> Tuple[nn.Module, bool]:
     """(model, is_classifier): timm's classifier for a checkpoint with class-attention layers
     (``config`` is then unused), else the config's backbone with the checkpoint's weights."""
-    allow_mmengine_checkpoints()  # training checkpoints carry MMEngine's log buffers
     ckpt = read_checkpoint(checkpoint)
     state = ckpt.get('model', ckpt.get('state_dict', ckpt))
     if any('cls_attn_blocks.' in k for k in state):

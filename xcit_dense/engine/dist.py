@@ -31,7 +31,7 @@ import torch.distributed as dist
 from xcit_launch import netif
 
 from . import collectives
-from .resume import agree_on_restart, restart  # noqa: F401  (restart: its old import path)
+from .resume import agree_on_restart
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 _NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)

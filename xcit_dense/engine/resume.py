@@ -13,7 +13,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch.distributed as dist
 from mmengine.config import Config
@@ -139,9 +139,9 @@ def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
     return found[0] if found else None
 
 
-def seed_from_checkpoint(cfg: Config, checkpoint: Union[dict, str]) -> None:
-    """A config without a seed resumes under the checkpoint's seed (a read checkpoint, or its path),
-    set before the Runner exists.
+def seed_from_checkpoint(cfg: Config, checkpoint: dict) -> None:
+    """A config without a seed resumes under the seed of ``checkpoint`` (its read contents), set
+    before the Runner exists.
 
     MMEngine re-seeds from the checkpoint only after it has built the training dataloader,
     whose sampler order and worker seeds would then come from a new random seed.
@@ -149,8 +149,6 @@ def seed_from_checkpoint(cfg: Config, checkpoint: Union[dict, str]) -> None:
     randomness = dict(cfg.get('randomness') or {})
     if randomness.get('seed') is not None:
         return
-    if isinstance(checkpoint, str):
-        checkpoint = read_checkpoint(checkpoint)
     seed = checkpoint.get('meta', {}).get('seed')
     if seed is not None:
         cfg.randomness = dict(randomness, seed=seed)

@@ -18,7 +18,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..builder import load_config
-from ..checkpoint import ATOMIC_WRITES, allow_mmengine_checkpoints
+from ..checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
@@ -26,7 +26,7 @@ from .cuda_ops import check_cuda_ops
 from .dist import exit_once_per_node, gpus_present
 from .hooks import TOOLKIT_HOOKS
 from .optim_wrappers import GUARDED
-from .resume import Resume, seed_from_checkpoint  # noqa: F401  (seed_from_checkpoint: its old import path)
+from .resume import Resume
 
 
 def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
@@ -37,7 +37,6 @@ def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
     before any kernel fails); a config that does not load raises ValueError."""
     if not os.path.isfile(path):
         sys.exit(f'error: config file not found: {path}')
-    allow_mmengine_checkpoints()
     try:
         check_cuda_ops()
     except RuntimeError as exc:

@@ -18,8 +18,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / 'support'))  # helpers and the tests' scripts
 
-# Importing xcit_dense (torch._dynamo) makes inductor's cache folder: this run's own, removed at its
-# end (pytest_unconfigure), instead of /tmp/torchinductor_<user>; launched runs inherit it.
+# Importing torchvision (as xcit_dense and mmengine do) imports torch._dynamo, which makes inductor's
+# cache folder: this run's own, removed at its end (pytest_unconfigure), instead of
+# /tmp/torchinductor_<user>; launched runs inherit it.
 INDUCTOR_CACHE = None if 'TORCHINDUCTOR_CACHE_DIR' in os.environ else tempfile.mkdtemp(prefix='xcit-tests-inductor-')
 if INDUCTOR_CACHE:
     os.environ['TORCHINDUCTOR_CACHE_DIR'] = INDUCTOR_CACHE
@@ -124,7 +125,7 @@ def seg_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope='session')
 def one_process_reference(tmp_path_factory, seg_data) -> Dict[str, torch.Tensor]:
-    """The weights of tests/helpers.sgd_config trained by one process, 2 images x accumulation 4:
+    """The weights of sgd_config (tests/support/helpers.py) trained by one process, 2 images x accumulation 4:
     the effective batch 8 of the multi-node runs (4 processes), 2 optimizer steps."""
     tmp = tmp_path_factory.mktemp('reference')
     config = sgd_config(tmp, seg_data)

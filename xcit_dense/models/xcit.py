@@ -50,8 +50,8 @@ def _is_compile_failure(exc: BaseException) -> bool:
     """Whether torch.compile raised ``exc`` because it could not compile (dynamo's errors; inductor's
     come wrapped in BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled
     code runs, is the run's error: running the backbone again eagerly on one rank would issue its
-    SyncBN collectives twice there, and the ranks would fall out of step. torch._dynamo is imported
-    here, when compiling, not with the package (it costs seconds and makes inductor's cache folder)."""
+    SyncBN collectives twice there, and the ranks would fall out of step. The package itself needs
+    torch._dynamo only here, when compiling."""
     from torch._dynamo.exc import TorchDynamoException
     return isinstance(exc, TorchDynamoException) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
 

@@ -11,7 +11,7 @@ import tempfile
 import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Tuple
 
 import pytest
 import torch
@@ -26,7 +26,7 @@ if INDUCTOR_CACHE:
     os.environ['TORCHINDUCTOR_CACHE_DIR'] = INDUCTOR_CACHE
 
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
-from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config  # noqa: E402
+from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, run, sgd_config, tiny_seg_config, train_cmd  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -121,6 +121,30 @@ def seg_data(tmp_path_factory) -> Path:
     write_segmentation_set(root, 'training', 8, size=(64, 64), seed=0)
     write_segmentation_set(root, 'validation', 4, size=(64, 64), seed=1)
     return root
+
+
+@pytest.fixture(scope='session')
+def trained_tiny_seg(tmp_path_factory, seg_data) -> Tuple[Path, Path]:
+    """tiny_seg_config (tests/support/helpers.py) trained once by tools/train.py (4 iterations, the
+    checkpoint iter_4.pth), and that config: for the tests that test, infer or refuse on a trained
+    work dir. They take a copy (``tiny_seg_run``), never this one."""
+    tmp = tmp_path_factory.mktemp('trained_tiny_seg')
+    config = tiny_seg_config(tmp, seg_data)
+    proc = run(train_cmd(config, tmp / 'run'))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp / 'run' / 'last_checkpoint').read_text().strip() == str(tmp / 'run' / 'iter_4.pth')
+    return config, tmp / 'run'
+
+
+@pytest.fixture
+def tiny_seg_run(tmp_path, trained_tiny_seg) -> Tuple[Path, Path]:
+    """A copy of trained_tiny_seg's work dir for one test (``last_checkpoint`` pointing into the copy)."""
+    config, source = trained_tiny_seg
+    work_dir = tmp_path / 'run'
+    shutil.copytree(source, work_dir)
+    pointer = work_dir / 'last_checkpoint'
+    pointer.write_text(pointer.read_text().replace(str(source), str(work_dir)))
+    return config, work_dir
 
 
 @pytest.fixture(scope='session')

@@ -82,6 +82,23 @@ def pytest_configure(config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+# `bash tools/run_tests.sh quick` (marker "quick"): unit tests that check an install within 3 minutes
+# (the backbone against timm, every config's model, checkpoint reading and its safety, mmcv's ops
+# served by xcit_mmcv_ext), none launching a run or training more than a step.
+QUICK_MODULES = ('test_backbone.py', 'test_timm_equivalence.py', 'test_presets.py', 'test_configs.py',
+                 'test_checkpoint_loading.py', 'test_checkpoint_security.py', 'test_mmcv_ext_nms.py',
+                 'test_mmcv_ext_roi_align.py', 'test_roi_extractor.py', 'test_cpu_layouts.py', 'test_layout.py')
+QUICK_LEFT_OUT = ('test_training_step',)  # a training step of each recipe's model: a minute each
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark the quick check's tests (QUICK_MODULES)."""
+    for item in items:
+        if item.path.name in QUICK_MODULES and item.path.parent.name == 'unit' \
+                and not item.name.startswith(QUICK_LEFT_OUT):
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_unconfigure(config) -> None:
     """Remove this run's inductor cache (see INDUCTOR_CACHE)."""
     if INDUCTOR_CACHE:

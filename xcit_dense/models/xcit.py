@@ -46,14 +46,15 @@ def _downsample(factor: int) -> nn.Module:
     return nn.MaxPool2d(kernel_size=factor, stride=factor, ceil_mode=True)
 
 
+# What torch.compile raises when it cannot compile (dynamo's errors; inductor's come wrapped in
+# BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled code runs,
+# is the run's error: running the backbone again eagerly on one rank would issue its SyncBN
+# collectives twice there, and the ranks would fall out of step.
+COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
+
+
 def _is_compile_failure(exc: BaseException) -> bool:
-    """Whether torch.compile raised ``exc`` because it could not compile (dynamo's errors; inductor's
-    come wrapped in BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled
-    code runs, is the run's error: running the backbone again eagerly on one rank would issue its
-    SyncBN collectives twice there, and the ranks would fall out of step. The package itself needs
-    torch._dynamo only here, when compiling."""
-    from torch._dynamo.exc import TorchDynamoException
-    return isinstance(exc, TorchDynamoException) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
+    return isinstance(exc, COMPILE_FAILURES) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,7 +243,7 @@ class XCiT(BaseModule):
                 return self._forward(x)
             try:
                 return _compiled(XCiT._forward)(self, x)
-            except Exception as exc:  # a failure to compile: say why once, then run eagerly
+            except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
                 if not _is_compile_failure(exc):
                     raise
                 reason = (str(exc).strip().splitlines() or [''])[0][:200]

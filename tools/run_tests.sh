@@ -22,7 +22,7 @@ pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@
 if [ "${1:-}" = quick ]; then
   shift
   start=$SECONDS
-  pytest_run -m quick "$@" && status=0 || status=$?
+  pytest_run -m quick --durations=10 "$@" && status=0 || status=$?
   echo "[tests] quick check took $((SECONDS - start)) s"
   exit $status
 fi

@@ -11,21 +11,22 @@ import tempfile
 import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Tuple
 
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / 'support'))  # helpers and the tests' scripts
 
-# Importing xcit_dense (torch._dynamo) makes inductor's cache folder: this run's own, removed at its
-# end (pytest_unconfigure), instead of /tmp/torchinductor_<user>; launched runs inherit it.
+# Importing torchvision (as xcit_dense and mmengine do) imports torch._dynamo, which makes inductor's
+# cache folder: this run's own, removed at its end (pytest_unconfigure), instead of
+# /tmp/torchinductor_<user>; launched runs inherit it.
 INDUCTOR_CACHE = None if 'TORCHINDUCTOR_CACHE_DIR' in os.environ else tempfile.mkdtemp(prefix='xcit-tests-inductor-')
 if INDUCTOR_CACHE:
     os.environ['TORCHINDUCTOR_CACHE_DIR'] = INDUCTOR_CACHE
 
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
-from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, sgd_config  # noqa: E402
+from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, run, sgd_config, tiny_seg_config, train_cmd  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -81,6 +82,23 @@ def pytest_configure(config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+# `bash tools/run_tests.sh quick` (marker "quick"): unit tests that check an install within 3 minutes
+# (the backbone against timm, every config's model, checkpoint reading and its safety, mmcv's ops
+# served by xcit_mmcv_ext), none launching a run or training more than a step.
+QUICK_MODULES = ('test_backbone.py', 'test_timm_equivalence.py', 'test_presets.py', 'test_configs.py',
+                 'test_checkpoint_loading.py', 'test_checkpoint_security.py', 'test_mmcv_ext_nms.py',
+                 'test_mmcv_ext_roi_align.py', 'test_roi_extractor.py', 'test_cpu_layouts.py', 'test_layout.py')
+QUICK_LEFT_OUT = ('test_training_step',)  # a training step of each recipe's model: a minute each
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark the quick check's tests (QUICK_MODULES)."""
+    for item in items:
+        if item.path.name in QUICK_MODULES and item.path.parent.name == 'unit' \
+                and not item.name.startswith(QUICK_LEFT_OUT):
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_unconfigure(config) -> None:
     """Remove this run's inductor cache (see INDUCTOR_CACHE)."""
     if INDUCTOR_CACHE:
@@ -123,8 +141,32 @@ def seg_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope='session')
+def trained_tiny_seg(tmp_path_factory, seg_data) -> Tuple[Path, Path]:
+    """tiny_seg_config (tests/support/helpers.py) trained once by tools/train.py (4 iterations, the
+    checkpoint iter_4.pth), and that config: for the tests that test, infer or refuse on a trained
+    work dir. They take a copy (``tiny_seg_run``), never this one."""
+    tmp = tmp_path_factory.mktemp('trained_tiny_seg')
+    config = tiny_seg_config(tmp, seg_data)
+    proc = run(train_cmd(config, tmp / 'run'))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp / 'run' / 'last_checkpoint').read_text().strip() == str(tmp / 'run' / 'iter_4.pth')
+    return config, tmp / 'run'
+
+
+@pytest.fixture
+def tiny_seg_run(tmp_path, trained_tiny_seg) -> Tuple[Path, Path]:
+    """A copy of trained_tiny_seg's work dir for one test (``last_checkpoint`` pointing into the copy)."""
+    config, source = trained_tiny_seg
+    work_dir = tmp_path / 'run'
+    shutil.copytree(source, work_dir)
+    pointer = work_dir / 'last_checkpoint'
+    pointer.write_text(pointer.read_text().replace(str(source), str(work_dir)))
+    return config, work_dir
+
+
+@pytest.fixture(scope='session')
 def one_process_reference(tmp_path_factory, seg_data) -> Dict[str, torch.Tensor]:
-    """The weights of tests/helpers.sgd_config trained by one process, 2 images x accumulation 4:
+    """The weights of sgd_config (tests/support/helpers.py) trained by one process, 2 images x accumulation 4:
     the effective batch 8 of the multi-node runs (4 processes), 2 optimizer steps."""
     tmp = tmp_path_factory.mktemp('reference')
     config = sgd_config(tmp, seg_data)

@@ -17,7 +17,9 @@ import os
 import platform
 import statistics
 import tempfile
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
@@ -27,7 +29,8 @@ from pycocotools.coco import COCO as PyCOCO
 from pycocotools.cocoeval import COCOeval as PyCOCOeval
 from faster_coco_eval import COCO as FastCOCO, COCOeval_faster
 
-from xcit_dense.benchmark.coco_eval import synthetic_detections, synthetic_ground_truth
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
+from benchmarks.coco_eval import synthetic_detections, synthetic_ground_truth  # noqa: E402
 from xcit_dense.evaluation.coco_metric import FasterCocoMetric, coco_results
 
 LIBRARIES = ('pycocotools', 'faster-coco-eval')
@@ -105,7 +108,7 @@ def report(args: argparse.Namespace, gt: dict, generated: float, times: dict, st
     lines = [
         '# COCO evaluation: FasterCocoMetric (faster-coco-eval) against mmdet\'s CocoMetric (pycocotools)',
         '',
-        f'Generated set (xcit_dense/benchmark/coco_eval.py): {len(gt["images"])} images of 640x480, '
+        f'Generated set (benchmarks/coco_eval.py): {len(gt["images"])} images of 640x480, '
         f'{len(gt["annotations"])} instances with polygons, 80 classes, {args.per_image} detections per image '
         f'with RLE masks ({len(gt["images"]) * args.per_image} in all); generated in {generated:.0f} s. '
         f'CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other work; '

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from xcit_dense.benchmark.overhead import workers_per_gpu  # noqa: E402
+from benchmarks.overhead import workers_per_gpu  # noqa: E402
 
 CONFIG = 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py'
 # mmdetection's Mask R-CNN R-50-FPN, 8 V100s: 53 images/s (detectron2's benchmark of open-source
@@ -49,7 +49,7 @@ def main() -> None:
     from mmengine.registry import init_default_scope
     from mmengine.utils import import_modules_from_strings
     from mmdet.registry import DATASETS
-    from xcit_dense.benchmark.data_pipeline import write_coco_like_set
+    from benchmarks.data_pipeline import write_coco_like_set
 
     tmp = Path(tempfile.mkdtemp(prefix='xcit_pipeline_'))
     start = time.perf_counter()

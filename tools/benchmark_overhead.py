@@ -23,10 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from xcit_dense.benchmark.overhead import per_iteration, read_iteration_times, relative_cost  # noqa: E402
+from benchmarks.overhead import per_iteration, read_iteration_times, relative_cost  # noqa: E402
 
 CONFIG = 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
-SITECUSTOMIZE = 'from xcit_dense.benchmark.overhead import install\ninstall()\n'
+SITECUSTOMIZE = 'from benchmarks.overhead import install\ninstall()\n'
 
 
 def mmdet_train_tool() -> str:

@@ -17,12 +17,15 @@ command of docs/benchmark/whole_models.md)::
 import argparse
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
 
-from xcit_dense.benchmark.whole_model import WholeModel, side_by_side
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
+from benchmarks.whole_model import WholeModel, side_by_side  # noqa: E402
 
 PAIRS = {'det': (('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t'), (800, 1333)),
          'seg': (('upernet_xcit_s12_p16', 'upernet_swin_t'), (512, 512))}

@@ -10,8 +10,10 @@ Exits 1 when a step failed: it raised, was cut at its budget, or its results say
 The check is xcit_dense/acceptance/gpu_check.py.
 """
 import sys
+from pathlib import Path
 
-from xcit_dense.acceptance.gpu_check import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
+from xcit_dense.acceptance.gpu_check import main  # noqa: E402
 
 if __name__ == '__main__':
     sys.exit(main())

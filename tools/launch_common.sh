@@ -59,14 +59,18 @@ preflight() {  # preflight train|test CONFIG [tool args]: one message and exit 2
 
 # Checks NNODES / NODE_RANK / MASTER_ADDR / PORT (with defaults) for a torchrun launch of
 # GPUS processes on this node; the port must be free on node 0, which serves it.
+# The checks of the values alone come first: a wrong one fails before anything imports torch.
 torchrun_layout() {
   require_positive_int GPUS "$GPUS"
-  require_devices "$GPUS"
   NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0} MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} PORT=${PORT:-29500}
   require_positive_int NNODES "$NNODES"
   require_port PORT "$PORT"
   [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
     || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
+  RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} MAX_RESTARTS=${MAX_RESTARTS:-0}
+  require_positive_int RDZV_TIMEOUT "$RDZV_TIMEOUT"
+  [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
+  require_devices "$GPUS"
   [ "$NODE_RANK" != 0 ] || require_free_port "$MASTER_ADDR" "$PORT"
 }
 
@@ -76,9 +80,6 @@ torchrun_layout() {
 # MASTER_ADDR:PORT, node 0 hosting it, RDZV_ID default xcit-PORT); the restarted group resumes
 # from the newest complete checkpoint by itself.
 torchrun_args() {
-  RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} MAX_RESTARTS=${MAX_RESTARTS:-0}
-  require_positive_int RDZV_TIMEOUT "$RDZV_TIMEOUT"
-  [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
   TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
   if [ "$MAX_RESTARTS" -gt 0 ]; then
     # a fresh store for each round (the agents' shared one keeps the keys of the failed round)

@@ -4,8 +4,10 @@
 # which start a private one-host cluster of their own (temporary SLURM_CONF, munged and ports, so a
 # cluster already running is left alone); elsewhere they are skipped with the reason (under
 # CI=true on such a root machine, they fail instead).
-# Without arguments: the main suite, then the cluster tests (pytest marker "cluster"), each timed.
-# Arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
+# Without arguments: three stages, each timed: the main suite; the slow tests (marker "slow": the
+# demos' learning floors, the whole tiny GPU check); the cluster tests (marker "cluster").
+# `quick`: the unit tests that need no launched run (marker "quick"), a few minutes, for users.
+# Other arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/tools/install.sh"
@@ -17,13 +19,19 @@ fi
 VENV="${XCIT_VENV:-$ROOT/.venv}"
 cd "$ROOT"
 pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@"; }
+if [ "${1:-}" = quick ]; then
+  shift
+  start=$SECONDS
+  pytest_run -m quick --durations=10 "$@" && status=0 || status=$?
+  echo "[tests] quick check took $((SECONDS - start)) s"
+  exit $status
+fi
 if [ $# -gt 0 ]; then
   pytest_run "$@"
   exit
 fi
-# Two stages, each timed: the main suite, then the tests that start clusters (marker "cluster").
 status=0
-for stage in "not cluster" "cluster"; do
+for stage in "not cluster and not slow" "slow" "cluster"; do
   start=$SECONDS
   echo "[tests] stage: -m \"$stage\""
   pytest_run -m "$stage" --durations=10 || status=$?  # the ten slowest, to keep each stage in its budget

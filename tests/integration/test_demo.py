@@ -161,6 +161,7 @@ def test_infer_reports_bad_inputs_and_goes_on(demo_run):
     assert 'Traceback' not in proc.stderr
 
 
+@pytest.mark.slow  # a learning floor: the slow stage
 @pytest.mark.timeout(1800)  # 150 UperNet iterations: 900 s ran out on a loaded 2-core machine
 def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     """UperNet's seeded demo config, scaled down (64 px images, which the config's pipeline resizes

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, tiny_seg_config,
-                     train_cmd, wait_for)
+from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, run_tool_in_process,
+                     tiny_seg_config, train_cmd, wait_for)
 from xcit_dense.models.weights import read_checkpoint
 
 
@@ -121,16 +121,20 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_once):
     pretrained = tmp_path / 'pretrained.py'
     pretrained.write_text(f"_base_ = ['{config}']\nmodel = dict(backbone=dict(init_cfg=dict("
                           f"_delete_=True, type='Pretrained', checkpoint='{evil}')))\n")
+    # the refusals before a Runner is built run in this process; those after it, as processes
+    in_process = {
+        'train --resume FILE': ('tools/train.py', config, '--work-dir', tmp_path / 'run', '--resume', evil),
+        'train --resume (a planted iter_9.pth)': ('tools/train.py', config, '--work-dir', planted, '--resume'),
+        'convert': ('tools/convert_xcit_checkpoint.py', evil, tmp_path / 'out.pth', '--arch', 'tiny_12',
+                    '--patch-size', '16'),
+    }
     commands = {
-        'train --resume FILE': train_cmd(config, tmp_path / 'run', '--resume', str(evil)),
-        'train --resume (a planted iter_9.pth)': train_cmd(config, planted, '--resume'),
         'test.py': [sys.executable, str(ROOT / 'tools/test.py'), str(config), str(evil)],
-        'convert': [sys.executable, str(ROOT / 'tools/convert_xcit_checkpoint.py'), str(evil),
-                    str(tmp_path / 'out.pth'), '--arch', 'tiny_12', '--patch-size', '16'],
         'pretrained init': train_cmd(pretrained, tmp_path / 'run2'),
     }
-    for name, cmd in commands.items():
-        proc = run(cmd, cwd=tmp_path)
+    results = {name: run_tool_in_process(*args, cwd=tmp_path) for name, args in in_process.items()}
+    results.update({name: run(cmd, cwd=tmp_path) for name, cmd in commands.items()})
+    for name, proc in results.items():
         assert proc.returncode != 0, name
         assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])
         assert 'evil.pth' in proc.stderr or 'iter_9.pth' in proc.stderr, name

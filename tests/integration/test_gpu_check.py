@@ -13,6 +13,7 @@ from helpers import ROOT, launch_env, spawned
 from xcit_dense.acceptance import gpu_check
 
 
+@pytest.mark.slow  # the whole check: the slow stage
 def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_backbone(tmp_path):
     """The whole check; the benchmark step's results are on disk after each backbone, read at its log line."""
     benchmark_on_disk = []

@@ -62,6 +62,25 @@ def test_bad_launch_input(tmp_path, seg_data, script, args, env, message):
     assert message in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize('env, message', [
+    ({'PORT': '70000'}, "PORT must be a port number (1-65535), got '70000'"),
+    ({'NNODES': '2', 'NODE_RANK': '2'}, "NODE_RANK must be in 0..1, got '2'"),
+    ({'RDZV_TIMEOUT': '10m'}, "RDZV_TIMEOUT must be a positive integer, got '10m'"),
+    ({'MAX_RESTARTS': '-1'}, "MAX_RESTARTS must be a non-negative integer, got '-1'"),
+])
+def test_wrong_launch_values_fail_before_python_starts(tmp_path, env, message):
+    """Values checked by their form alone fail at once: no interpreter (and no torch) is started first."""
+    python = tmp_path / 'python'
+    python.write_text('#!/bin/sh\ntouch "$0.started"\nexit 1\n')
+    python.chmod(0o755)
+    config = tmp_path / 'config.py'
+    config.write_text('')
+    proc = run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1'], cwd=tmp_path,
+               env=launch_env(PYTHON=python, **env), timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / 'python.started').exists()
+
+
 def test_port_already_taken(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     with socket.socket() as busy:

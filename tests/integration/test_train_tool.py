@@ -3,7 +3,7 @@ import sys
 
 import torch
 
-from helpers import ROOT, run, tiny_seg_config
+from helpers import ROOT, run, run_tool_in_process, tiny_seg_config
 
 
 def train(config, work_dir, *args):
@@ -44,10 +44,9 @@ def test_scale_lr_and_amp_fallback_on_cpu(tmp_path, seg_data):
     assert 'no GPU: training in fp32' in log
 
 
-def test_train_then_test_with_outputs(tmp_path, seg_data):
-    config = tiny_seg_config(tmp_path, seg_data)
-    train(config, tmp_path / 'run')
-    checkpoint = tmp_path / 'run' / 'iter_4.pth'
+def test_train_then_test_with_outputs(tmp_path, tiny_seg_run):
+    config, work_dir = tiny_seg_run  # trained once for the session by tools/train.py
+    checkpoint = work_dir / 'iter_4.pth'
     proc = run([sys.executable, 'tools/test.py', str(config), str(checkpoint),
                 '--work-dir', str(tmp_path / 'eval'), '--out', str(tmp_path / 'preds.pkl'),
                 '--show-dir', str(tmp_path / 'show')], cwd=ROOT)
@@ -60,6 +59,6 @@ def test_train_then_test_with_outputs(tmp_path, seg_data):
 def test_test_tool_refuses_a_checkpoint_of_another_model(tmp_path, seg_data):
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.foo': torch.zeros(1)}}, tmp_path / 'other.pth')
-    proc = run([sys.executable, str(ROOT / 'tools/test.py'), str(config), str(tmp_path / 'other.pth')], cwd=tmp_path)
+    proc = run_tool_in_process('tools/test.py', config, tmp_path / 'other.pth', cwd=tmp_path)
     assert proc.returncode != 0 and 'saved from a different model' in proc.stderr
     assert 'Traceback' not in proc.stderr

@@ -1,7 +1,9 @@
 """What the tests share: paths, tiny configs, subprocesses that never outlive a test, free ports,
 capability checks and a repository-cleanliness snapshot. Test files import this, never each other."""
 import contextlib
+import io
 import os
+import runpy
 import shutil
 import signal
 import socket
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set
 
@@ -204,6 +207,27 @@ def run(cmd: Sequence[str], timeout: float = 600, env: Optional[Dict[str, str]] 
                  stderr=subprocess.PIPE, text=True, **kwargs) as proc:
         out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
+def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
+    """A tool of tools/ that stops before it builds a Runner (a refusal, bad input), run in this
+    process: an interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
+    stderr what it wrote there followed by its exit message or traceback."""
+    stderr = io.StringIO()
+    code = 0
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr):
+        patch.chdir(cwd)
+        patch.setattr(sys, 'argv', [str(ROOT / tool), *map(str, args)])
+        try:
+            runpy.run_path(str(ROOT / tool), run_name='__main__')
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, (int, type(None))):
+                stderr.write(f'{exc.code}\n')
+        except Exception:  # as the interpreter would: the traceback, status 1
+            stderr.write(traceback.format_exc())
+            code = 1
+    return subprocess.CompletedProcess([tool, *map(str, args)], code or 0, '', stderr.getvalue())
 
 
 def free_ports(count: int, exclude: Iterable[int] = ()) -> List[int]:

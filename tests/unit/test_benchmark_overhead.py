@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from xcit_dense.benchmark.data_pipeline import instance_count
-from xcit_dense.benchmark.overhead import per_iteration, read_iteration_times, relative_cost, workers_per_gpu
+from benchmarks.data_pipeline import instance_count
+from benchmarks.overhead import per_iteration, read_iteration_times, relative_cost, workers_per_gpu
 
 
 def test_workers_per_gpu():

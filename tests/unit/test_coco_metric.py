@@ -12,7 +12,7 @@ from mmengine.config import Config
 from pycocotools.cocoeval import COCOeval
 
 from helpers import ROOT
-from xcit_dense.benchmark.coco_eval import synthetic_detections
+from benchmarks.coco_eval import synthetic_detections
 from xcit_dense.datasets.synthetic import SHAPES, write_coco_set
 
 

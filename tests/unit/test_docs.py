@@ -1,4 +1,5 @@
-"""The README stays a five-minute read, and every relative link and anchor of the docs resolves."""
+"""The README stays a five-minute read, and every relative link and anchor of the docs, and every
+repository path they name, resolves."""
 import re
 from pathlib import Path
 from typing import List, Set
@@ -6,6 +7,16 @@ from typing import List, Set
 from helpers import ROOT
 
 README_MAX_LINES = 250
+README_MAX_WORDS = 1200
+# A path the docs name that starts with one of the repository's top-level names (in code or prose).
+TOP_LEVEL = ('.ci', 'benchmarks', 'configs', 'docs', 'requirements', 'tests', 'tools', 'xcit_dense',
+             'xcit_launch', 'xcit_mmcv_ext', 'setup.py', 'pytest.ini', 'model-index.yml', 'CITATION.cff')
+NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in TOP_LEVEL) + r')(?:/[\w.*-]+)*/?)(?![\w/])')
+# Paths the docs name that are not in the repository: other projects' files, users' examples, what
+# an install makes.
+NOT_IN_THE_REPOSITORY = {
+    'tools/analysis_tools/get_flops.py': "mmdet's", 'docs/notes/benchmarks.md': "detectron2's",
+    'configs/my_shapes.py': "a user's config in an example", 'xcit_dense/.mim/': 'made by the install (setup.py)'}
 FENCE = re.compile(r'^\s*(```|~~~)')
 HEADING = re.compile(r'^#{1,6}\s+(.*?)\s*#*\s*$')
 LINK = re.compile(r'!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
@@ -71,9 +82,40 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def missing_paths(path: Path) -> List[str]:
+    """'page:line: path' for each repository path the page names (code and prose alike) that does
+    not exist; a glob (``tests/integration/test_faults_*.py``) must match a file."""
+    missing = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        for match in NAMED_PATH.finditer(line):
+            named = match.group(1).rstrip('.')
+            if ('/' not in named and named not in TOP_LEVEL) or named in NOT_IN_THE_REPOSITORY:
+                continue
+            exists = any(ROOT.glob(named)) if '*' in named else (ROOT / named).exists()
+            if not exists:
+                missing.append(f'{shown(path)}:{number}: {named}')
+    return missing
+
+
 def test_readme_is_a_five_minute_read():
-    lines = len((ROOT / 'README.md').read_text().splitlines())
+    text = (ROOT / 'README.md').read_text()
+    lines, words = len(text.splitlines()), len(text.split())
     assert lines < README_MAX_LINES, f'README.md has {lines} lines'
+    assert words <= README_MAX_WORDS, f'README.md has {words} words'
+
+
+def test_every_repository_path_the_docs_name_exists():
+    missing = [problem for page in markdown_files() for problem in missing_paths(page)]
+    assert not missing, '\n'.join(missing)
+
+
+def test_the_path_check_sees_stale_paths(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text('see `tests/test_faults_*.py` and xcit_dense/benchmark/cli.py, not tools/train.py,\n'
+                    '`tests/integration/test_faults_*.py`, `configs/xcit/`, mmdet\'s tools/analysis_tools/get_flops.py\n'
+                    'or https://example.org/tools/nothing.py\n')
+    assert [problem.split(': ', 1)[1] for problem in missing_paths(page)] == [
+        'tests/test_faults_*.py', 'xcit_dense/benchmark/cli.py']
 
 
 def test_every_relative_link_and_anchor_resolves():

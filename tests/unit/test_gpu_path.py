@@ -199,7 +199,7 @@ FEW_ROIS = {'model.train_cfg.rpn_proposal.nms_pre': 200, 'model.train_cfg.rpn_pr
 def test_a_bf16_training_step(config):
     """One training step under CPU bf16 autocast: mmcv's CPU RoIAlign has no bf16 kernel either,
     so Mask R-CNN needs the same fix as on a GPU; the RoI extractor receives bf16 features."""
-    from xcit_dense.benchmark.measure import random_samples
+    from benchmarks.measure import random_samples
     from xcit_dense.tasks import task_of_model
     options = dict(TINY, **FEW_ROIS) if config.startswith('mask') else dict(TINY)
     if config.startswith('upernet'):

@@ -1,8 +1,8 @@
 """The linearity check and the per-operator profile: their figures and verdicts (no timings checked)."""
 import pytest
 
-from xcit_dense.benchmark.linearity import linearity_check, summary, verdicts
-from xcit_dense.benchmark.profile_ops import growth_markdown, make_blocks, module_times
+from benchmarks.linearity import linearity_check, summary, verdicts
+from benchmarks.profile_ops import growth_markdown, make_blocks, module_times
 
 
 def _result(low_ms: float, high_ms: float, timm_high_ms: float, low_mb: float, high_mb: float) -> dict:

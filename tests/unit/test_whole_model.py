@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from xcit_dense.benchmark.whole_model import PartTimer, WholeModel, side_by_side
+from benchmarks.whole_model import PartTimer, WholeModel, side_by_side
 
 C = 32  # channels of the tiny model's neck and heads
 TINY = {'model.backbone.depth': 4, 'model.backbone.out_indices': [0, 1, 2, 3],

@@ -31,7 +31,7 @@ import torch
 from xcit_launch.bounded import run_bounded
 
 from . import ops_goldens
-from ..benchmark.measure import Timer, random_samples
+from benchmarks.measure import Timer, random_samples
 from ..engine import check_cuda_ops
 from ..tasks import task_of_model
 

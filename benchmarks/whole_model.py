@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
-from ..tasks import task_of_model
+from xcit_dense.tasks import task_of_model
 from .catalogue import MODELS
 from .measure import random_samples, tensor_peak_bytes
 

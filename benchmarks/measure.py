@@ -1,6 +1,6 @@
 """One measurement in this process: build one configuration, time it, read its peak memory.
 
-The runner starts ``python -m xcit_dense.benchmark.measure SPEC_JSON`` once per configuration, so
+The runner starts ``python -m benchmarks.measure SPEC_JSON`` once per configuration, so
 peaks never mix; the result is printed as one JSON line after ``RESULT_TAG``. On a GPU it uses
 CUDA events and the allocator's peak above what was allocated before the first forward; on a
 CPU, wall time and the resident memory the run adds above the process's resident size just
@@ -21,7 +21,7 @@ import torch
 from mmengine.registry import MODELS as ROOT_MODELS
 from torch import nn
 
-from ..tasks import SEGMENTATION, TASKS, Task, task_of_model
+from xcit_dense.tasks import SEGMENTATION, TASKS, Task, task_of_model
 from .catalogue import MODELS, BenchTimmXCiTPyramid
 from .sizes import hw
 

@@ -14,7 +14,7 @@ import torch
 
 from .catalogue import BenchTimmXCiTPyramid
 from .measure import tensor_peak_bytes
-from ..acceptance.targets import TARGETS, met
+from .targets import TARGETS, met
 from xcit_dense.models.xcit import XCiT
 
 

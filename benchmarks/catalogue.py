@@ -16,7 +16,7 @@ from torch import nn
 
 from xcit_dense.models.xcit import PYRAMID_STRIDES, XCiT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ARCHS = {'t12': 'tiny_12', 's12': 'small_12'}
 
 

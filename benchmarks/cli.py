@@ -118,13 +118,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Parse the command line and run the benchmark, the linearity check or the profile it asks for."""
     args = parse_args(argv)
     if args.linearity:
-        from xcit_dense.benchmark.linearity import linearity_check, summary, verdicts
+        from benchmarks.linearity import linearity_check, summary, verdicts
         low, high = args.memory_resolutions
         result = linearity_check(low=low, high=high, rounds=args.repeats, threads=args.threads)
         print(summary(result))
         return 0 if all(verdicts(result).values()) else 1
     if args.profile_ops:
-        from xcit_dense.benchmark.profile_ops import report
+        from benchmarks.profile_ops import report
         print(report(sorted(args.resolutions), rounds=args.repeats, threads=args.threads))
         return 0
     return run_benchmark(args)

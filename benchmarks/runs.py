@@ -15,7 +15,7 @@ from typing import Callable, List, Tuple
 from .catalogue import ROOT
 from .measure import RESULT_TAG
 from .report import markdown, plot, result_row, write_csv
-from ..acceptance.targets import compute_ratios
+from .targets import compute_ratios
 
 
 def _rss_bytes(pid: int) -> int:
@@ -29,7 +29,7 @@ def _rss_bytes(pid: int) -> int:
 
 def run_child(spec: dict, timeout: float, max_mem_gb: float) -> dict:
     """Run ``spec`` in a fresh interpreter; a memory or time limit kills it and says so."""
-    cmd = [sys.executable, '-m', 'xcit_dense.benchmark.measure', json.dumps(spec)]
+    cmd = [sys.executable, '-m', 'benchmarks.measure', json.dumps(spec)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])),
                OMP_NUM_THREADS=str(spec['threads']))
     proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -10,7 +10,9 @@ deleted.
 A command runs on a host through ``nsenter --net``; with ``hosts_file=True`` it also gets a mount
 namespace of its own in which a temporary hosts file (host names node0, node1, ...; the machine's
 host name on a loopback address, as Debian writes it) is bind-mounted over /etc/hosts: only that
-process tree sees it. The file system is otherwise shared, as on a cluster with a shared one.
+process tree sees it. With ``own_name_loopback=True`` each host gets a file of its own in which its
+own name maps to 127.0.1.1 too (as a Debian install writes it) and only the others' names to their
+subnet addresses. The file system is otherwise shared, as on a cluster with a shared one.
 """
 import os
 import random
@@ -64,12 +66,15 @@ class Host:
 class Network:
     """The hosts of one private_hosts() block."""
 
-    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path) -> None:
+    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path, own_name_loopback: bool = False) -> None:
         self.hosts, self.namespaces, self.root = hosts, namespaces, root
-        self.hosts_file = root / 'hosts'
-        lines = ['127.0.0.1 localhost', f'127.0.1.1 {socket.gethostname()}']
-        lines += [f'{h.address} {h.name}' for h in hosts]
-        self.hosts_file.write_text('\n'.join(lines) + '\n')
+        self.hosts_files = {}
+        for me in hosts:
+            own = [me.name] if own_name_loopback else []
+            lines = ['127.0.0.1 localhost', ' '.join(['127.0.1.1', socket.gethostname(), *own])]
+            lines += [f'{h.address} {h.name}' for h in hosts if h.name not in own]
+            self.hosts_files[me.name] = root / f'hosts-{me.name}'
+            self.hosts_files[me.name].write_text('\n'.join(lines) + '\n')
 
     def command(self, host: Host, args: Sequence[str], hosts_file: bool = False) -> List[str]:
         """``args`` run on ``host`` (its network namespace; with ``hosts_file``, its hosts file)."""
@@ -77,7 +82,7 @@ class Network:
         cmd = ['nsenter', f'--net={NETNS_DIR}/{host.ns}']
         if hosts_file:
             cmd += ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
-                    f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"', 'sh']
+                    f'mount --bind {self.hosts_files[host.name]} /etc/hosts && exec "$@"', 'sh']
         return cmd + [str(a) for a in args]
 
     def power_off(self, host: Host) -> None:
@@ -127,7 +132,7 @@ def _close(namespaces: List[str], root: Path) -> None:
 
 
 @contextmanager
-def private_hosts(count: int = 2) -> Iterator[Network]:
+def private_hosts(count: int = 2, own_name_loopback: bool = False) -> Iterator[Network]:
     """``count`` hosts on a private subnet (see the module's docstring); removed on exit."""
     used = _subnets_in_use()
     subnet = random.choice([s for s in range(1, 255) if s not in used])
@@ -158,7 +163,7 @@ def private_hosts(count: int = 2) -> Iterator[Network]:
             if count > 1:
                 _ip('-n', h.ns, 'addr', 'add', f'{h.address}/24', 'dev', h.interface)
                 _ip('-n', h.ns, 'link', 'set', h.interface, 'up')
-        yield Network(hosts, namespaces, root)
+        yield Network(hosts, namespaces, root, own_name_loopback)
     finally:
         _close(created, root)
 

@@ -107,7 +107,7 @@ def test_debian_hosts_lose_a_stopped_peer_resume_then_test(two_node_slurm, tmp_p
     # each node advertises its own subnet address, found through the other node's name
     assert f'(node 0): gloo on eth0 {node1.address} (GLOO_SOCKET_IFNAME chosen: the route to node2 ' \
            f'{node2.address})' in out, out[-4000:]
-    assert f'(node 1): gloo on eth0 {node2.address} (GLOO_SOCKET_IFNAME chosen: the route to node1 ' \
+    assert f'(node 1): gloo on eth0 {node2.address} (GLOO_SOCKET_IFNAME chosen: the route to MASTER_ADDR ' \
            f'{node1.address})' in out, out[-4000:]
 
     resume = on_login_node(cluster, 'bash', ROOT / 'tools/slurm_train.sh', 'debug', 'xcit-2n', config, work_dir,

@@ -192,6 +192,7 @@ def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> 
     chosen = [name for name in names if not os.environ.get(name)]
     for name in chosen:
         os.environ[name] = route.interface
+    target = 'MASTER_ADDR' if target == os.environ['MASTER_ADDR'] else target
     _NETWORK = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
                 f"{target} {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
     if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises

@@ -224,25 +224,35 @@ def _gist(exc: BaseException) -> str:
     return text.split('. ')[0][:200]
 
 
-def lost_peers(wait_s: float = 10.0) -> str:
+def lost_peers(wait_s: float = 10.0) -> Tuple[str, List[int]]:
     """After a failed collective, name the ranks that are gone: every surviving rank reports to
     the store, and the ranks that have not reported within ``wait_s`` are named (with the host
-    and process id they registered at start)."""
+    and process id they registered at start). Returns the text and those ranks."""
     rank, size = dist.get_rank(), dist.get_world_size()
     try:
         store = _store()
         store.set_timeout(timedelta(seconds=wait_s))  # a stopped store host must not hold this up
         store.set(f'{_KEY}/alive{rank}', '1')
-        deadline = time.monotonic() + wait_s
-        missing = [r for r in range(size) if r != rank]
-        while missing and time.monotonic() < deadline:
-            missing = [r for r in missing if not store.check([f'{_KEY}/alive{r}'])]
-            time.sleep(0.2)
+        missing = _unreported(store, [r for r in range(size) if r != rank], wait_s)
         if not missing:
-            return 'every rank is still alive'
-        return ', '.join(f"rank {r} ({store.get(f'{_KEY}/rank{r}').decode()})" for r in missing)
+            return 'every rank is still alive', []
+        return ', '.join(f"rank {r} ({store.get(f'{_KEY}/rank{r}').decode()})" for r in missing), missing
     except Exception as exc:  # the store lives with the master: it may be gone too
-        return f'unknown: the rendezvous store is unreachable too ({type(exc).__name__}: {exc})'
+        return f'unknown: the rendezvous store is unreachable too ({type(exc).__name__}: {exc})', []
+
+
+def _unreported(store: dist.Store, ranks: List[int], wait_s: float) -> List[int]:
+    """Those of ``ranks`` that have not reported alive within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while ranks and time.monotonic() < deadline:
+        ranks = [r for r in ranks if not store.check([f'{_KEY}/alive{r}'])]
+        time.sleep(0.2)
+    return ranks
+
+
+def _hosts_the_store() -> bool:
+    """Whether this process serves the store: rank 0, unless torchrun's agent serves it."""
+    return dist.get_rank() == 0 and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True'
 
 
 def gloo_worker_threads() -> List[int]:
@@ -304,20 +314,26 @@ def _exit_now(exc: BaseException) -> None:
 
 
 def _report_lost_peers(what: str) -> None:
+    """Print the toolkit's message naming the lost ranks. A process that serves the store then
+    keeps it up for the survivors that notice later (each within the step bound; the launcher
+    ends this process when the first of them exits)."""
     if threading.current_thread() is threading.main_thread():  # (only it may; in training the
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # preemption hook's handler defers SIGTERM anyway)
-    print(f'error: rank {dist.get_rank()} lost its peers: {what}; gone: {lost_peers()}. The checkpoints '
+    gone, missing = lost_peers()
+    print(f'error: rank {dist.get_rank()} lost its peers: {what}; gone: {gone}. The checkpoints '
           f'already written are complete: continue with --resume.', file=sys.stderr, flush=True)
+    if missing and _hosts_the_store():
+        _unreported(_store(), missing, _BOUNDS.step_s)
 
 
-def _step_expired(seconds: int) -> None:
+def _step_expired() -> None:
     """The step watch's report: a training step outlived its bound (a peer stopped, or gone from
     the network, without closing its connections). On NCCL runs NCCL's own timeout follows
     ``DUMP_ALLOWANCE_S`` later, writes the flight-recorder dump and ends the process; this thread
     ends it after that in any case."""
     if not _REPORTING.acquire(blocking=False):
         return  # the main thread is reporting a failed collective and ends the process
-    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={seconds} s')
+    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={_BOUNDS.step_s} s')
     if dist.is_initialized() and not collectives.serves_cpu(dist.get_backend()):
         time.sleep(DUMP_ALLOWANCE_S + 30)
     logging.shutdown()

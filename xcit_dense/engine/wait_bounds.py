@@ -66,18 +66,17 @@ class StepWatch:
     """A daemon thread that reports once when an armed step outlives its bound.
 
     ``arm(seconds)`` at the start of a step, ``disarm()`` at its end. When ``seconds`` pass in
-    between, ``on_expiry(seconds)`` runs in the thread (it reports and ends the process)."""
+    between, ``on_expiry()`` runs in the thread (it reports and ends the process)."""
 
-    def __init__(self, on_expiry: Callable[[int], None]) -> None:
+    def __init__(self, on_expiry: Callable[[], None]) -> None:
         self._on_expiry = on_expiry
         self._deadline: Optional[float] = None
-        self._seconds = 0
         self._changed = threading.Condition()
         threading.Thread(target=self._run, name='xcit_step_watch', daemon=True).start()
 
-    def arm(self, seconds: int) -> None:
+    def arm(self, seconds: float) -> None:
         with self._changed:
-            self._deadline, self._seconds = time.monotonic() + seconds, seconds
+            self._deadline = time.monotonic() + seconds
             self._changed.notify()
 
     def disarm(self) -> None:
@@ -97,7 +96,7 @@ class StepWatch:
                     continue
                 break
         try:
-            self._on_expiry(self._seconds)
+            self._on_expiry()
         except BaseException as exc:  # noqa: B902  (the thread must end the process in every case)
             print(f'error: the step watch failed while reporting: {exc!r}', file=sys.stderr, flush=True)
             os._exit(1)

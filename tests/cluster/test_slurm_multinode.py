@@ -27,13 +27,13 @@ STEP_TIMEOUT = 10  # XCIT_STEP_TIMEOUT of the run that loses a peer
 
 
 @contextlib.contextmanager
-def slurm_on_hosts(nodes: int, own_name_loopback: bool = False,
+def slurm_on_hosts(nodes: int, own_name_loopback: bool = False, prefix: str = netns.PREFIX,
                    **cluster_options: int) -> Iterator[slurm_netns.NamespacedSlurmCluster]:
     """A controller host and ``nodes`` compute hosts; the daemons, jobs and namespaces are gone
     afterwards (checked), also when the test fails."""
     require_capability('slurm', not slurm_cluster.missing_reason(), slurm_cluster.missing_reason())
     require_capability('netns', not netns.missing_reason(), netns.missing_reason())
-    with netns.private_hosts(1 + nodes, own_name_loopback) as net:
+    with netns.private_hosts(1 + nodes, own_name_loopback, prefix) as net:
         with slurm_cluster.running(slurm_netns.NamespacedSlurmCluster(net, **cluster_options)) as cluster:
             yield cluster
     assert not netns.namespaces_left(net)
@@ -41,8 +41,10 @@ def slurm_on_hosts(nodes: int, own_name_loopback: bool = False,
 
 @pytest.fixture(scope='module')
 def two_node_slurm() -> Iterator[slurm_netns.NamespacedSlurmCluster]:
-    """Two compute hosts set up as Debian does: each maps its own name to 127.0.1.1."""
-    with slurm_on_hosts(2, own_name_loopback=True) as cluster:
+    """Two compute hosts set up as Debian does: each maps its own name to 127.0.1.1. Their addresses
+    sort above it (198.18.S.x), as 172.16/12 and 192.168/16 addresses do: gloo's side of a pair with
+    the larger address connects, so the other nodes connect to what node 0 advertises."""
+    with slurm_on_hosts(2, own_name_loopback=True, prefix='198.18') as cluster:
         yield cluster
 
 

@@ -1,7 +1,9 @@
 """Test hosts made of Linux network namespaces: own interfaces and addresses on a private subnet.
 
 ``private_hosts(n)`` creates n namespaces, each a "host" with an interface eth0 at 10.213.S.(i+1)/24
-(S random, not a subnet this machine already uses). Two hosts are joined by one veth pair; more
+(S random, not a subnet this machine already uses; another prefix on request: gloo's side of a
+pair with the larger address is the one that connects, so hosts whose addresses must sort above
+127.0.1.1, as 172.16/12 and 192.168/16 do, use 198.18, the range reserved for network tests). Two hosts are joined by one veth pair; more
 are joined through a bridge in an extra "switch" namespace. Every interface is created inside the
 test's namespaces, so the host's own interfaces, routes and /etc are never touched. On exit (also
 on failure) the processes still inside the namespaces are killed by pid and the namespaces
@@ -45,12 +47,12 @@ def _ip(*args: str) -> str:
     return subprocess.run(['ip', *args], check=True, capture_output=True, text=True, timeout=30).stdout
 
 
-def _subnets_in_use() -> set:
-    """The 10.213.S subnets already on this machine's interfaces (read only)."""
+def _subnets_in_use(prefix: str) -> set:
+    """The prefix.S subnets already on this machine's interfaces (read only)."""
     used = set()
     for line in _ip('-o', '-4', 'addr').splitlines():
         address = line.split()[3]
-        if address.startswith(PREFIX + '.'):
+        if address.startswith(prefix + '.'):
             used.add(int(address.split('.')[2]))
     return used
 
@@ -132,12 +134,12 @@ def _close(namespaces: List[str], root: Path) -> None:
 
 
 @contextmanager
-def private_hosts(count: int = 2, own_name_loopback: bool = False) -> Iterator[Network]:
-    """``count`` hosts on a private subnet (see the module's docstring); removed on exit."""
-    used = _subnets_in_use()
+def private_hosts(count: int = 2, own_name_loopback: bool = False, prefix: str = PREFIX) -> Iterator[Network]:
+    """``count`` hosts on a private subnet of ``prefix`` (see the module's docstring); removed on exit."""
+    used = _subnets_in_use(prefix)
     subnet = random.choice([s for s in range(1, 255) if s not in used])
     tag = f'xcit{os.getpid() % 100000}{random.randrange(1000):03d}'
-    hosts = [Host(f'{tag}h{i}', f'node{i}', f'{PREFIX}.{subnet}.{i + 1}') for i in range(count)]
+    hosts = [Host(f'{tag}h{i}', f'node{i}', f'{prefix}.{subnet}.{i + 1}') for i in range(count)]
     namespaces = [h.ns for h in hosts] + ([f'{tag}sw'] if count > 2 else [])
     root = Path(tempfile.mkdtemp(prefix='xcit-netns-'))
     root.chmod(0o755)

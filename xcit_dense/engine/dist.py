@@ -158,14 +158,15 @@ def _other_nodes(launcher: str, store: dist.Store) -> List[str]:
     if node != 0:
         if os.environ.get('LOCAL_RANK', '0') == '0':
             try:
-                route = netif.route_to(master)
-                store.set(f'{_KEY}/node{node}/address', route.address)
+                address = netif.route_to(master).address
             except OSError:  # reported by the caller, which tries the same route
-                pass
+                address = ''
+            store.set(f'{_KEY}/node{node}/address', address)  # '': none (node 0 must not wait in vain)
         return [master]
     if not netif.is_loopback(master):
         return [master]
-    return [master, store.get(f'{_KEY}/node1/address').decode()]  # waits for node 1 (the store's timeout)
+    published = store.get(f'{_KEY}/node1/address').decode()  # waits for node 1 (the store's timeout)
+    return [master] + ([published] if published else [])
 
 
 def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> None:

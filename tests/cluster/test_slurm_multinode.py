@@ -64,7 +64,10 @@ def lose_a_peer(cluster: slurm_netns.NamespacedSlurmCluster, launch: List[str], 
     with output.open('w') as out, spawned(launch, env=env(SLURM_CONF=cluster.env['SLURM_CONF'], **extra),
                                           stdout=out, stderr=subprocess.STDOUT) as proc:
         try:
-            wait_for(stopped, proc)
+            try:
+                wait_for(stopped, proc, timeout=600)  # a loaded machine starts 4 ranks slowly
+            except AssertionError as exc:
+                raise AssertionError(f'{exc}\n{output.read_text()[-4000:]}\n{cluster.logs()}') from None
             pid, at = int(stopped.read_text().split()[0]), float(stopped.read_text().split()[1])
             while 'lost its peers' not in output.read_text() and proc.poll() is None \
                     and time.time() < at + STEP_TIMEOUT + 120:

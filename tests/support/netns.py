@@ -3,8 +3,9 @@
 ``private_hosts(n)`` creates n namespaces, each a "host" with an interface eth0 at 10.213.S.(i+1)/24
 (S random, not a subnet this machine already uses; another prefix on request: gloo's side of a
 pair with the larger address is the one that connects, so hosts whose addresses must sort above
-127.0.1.1, as 172.16/12 and 192.168/16 do, use 198.18, the range reserved for network tests). Two hosts are joined by one veth pair; more
-are joined through a bridge in an extra "switch" namespace. Every interface is created inside the
+127.0.1.1, as 172.16/12 and 192.168/16 do, use 198.18, the range reserved for network tests).
+Two hosts are joined by one veth pair; more are joined through a bridge in an extra "switch"
+namespace. Every interface is created inside the
 test's namespaces, so the host's own interfaces, routes and /etc are never touched. On exit (also
 on failure) the processes still inside the namespaces are killed by pid and the namespaces
 deleted.
@@ -68,7 +69,8 @@ class Host:
 class Network:
     """The hosts of one private_hosts() block."""
 
-    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path, own_name_loopback: bool = False) -> None:
+    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path,
+                 own_name_loopback: bool = False) -> None:
         self.hosts, self.namespaces, self.root = hosts, namespaces, root
         self.hosts_files = {}
         for me in hosts:

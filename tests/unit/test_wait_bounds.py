@@ -47,8 +47,10 @@ def test_a_step_past_its_bound_is_reported_with_the_resume_hint():
               'dist.init_distributed("pytorch")\n'
               'dist._WATCH.arm(1)\n'
               'time.sleep(120)\n')
+    variables = dict(XCIT_STEP_TIMEOUT=1, RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR='127.0.0.1',
+                     MASTER_PORT=free_port())
     proc = subprocess.run([sys.executable, '-c', script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env(XCIT_STEP_TIMEOUT=1, RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR='127.0.0.1', MASTER_PORT=free_port()))
+                          env=env(**variables))
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert 'error: rank 0 lost its peers: a training step has not finished within XCIT_STEP_TIMEOUT=1 s; gone: ' \
            'every rank is still alive. The checkpoints already written are complete: continue with --resume.' \

@@ -1,4 +1,4 @@
-"""Which local address and interface reach the master: what a rank should advertise to its peers.
+"""Which local address and interface reach the other nodes: what a rank should advertise to its peers.
 
 Standard library only: the torchrun wrapper (``xcit_launch.torchrun``) and the ranks' process
 group set-up (``xcit_dense.engine.dist``) both use it.
@@ -6,17 +6,19 @@ group set-up (``xcit_dense.engine.dist``) both use it.
 gloo, unless GLOO_SOCKET_IFNAME names an interface, advertises the address the host name resolves
 to; on many hosts (Debian's /etc/hosts maps the host name to 127.0.0.1 or 127.0.1.1) that is a
 loopback address, which a rank on another machine cannot reach. The address to advertise is the
-one this machine uses to reach the master (``MASTER_ADDR``): its peers reach the master too, so
-they are on that network. ``route_to`` finds it by the kernel's own route choice (a UDP socket
-"connected" to the master sends nothing, but gets the source address of that route), then the
-interface that holds the address.
+one this machine uses to reach another node of the run (``reaching_route``): the master
+(``MASTER_ADDR``) from any other node; from node 0 itself, whose own name may resolve to a loopback
+address there, another node. Whether a run spans several nodes at all comes from the launcher's
+own counts (``node_count``), not from where a name resolves. ``route_to`` finds the address by
+the kernel's own route choice (a UDP socket "connected" to the other node sends nothing, but gets
+the source address of that route), then the interface that holds it.
 """
 import fcntl
 import ipaddress
 import os
 import socket
 import struct
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
@@ -89,12 +91,41 @@ def route_to(master: str, port: int = 9) -> Route:
     return Route(address, local, name)
 
 
-def gloo_interface(env=os.environ) -> Optional[Route]:
-    """The route gloo should advertise, or None where gloo's default is right or was chosen.
+def node_count(env=os.environ) -> Optional[int]:
+    """How many nodes the launcher started this run on, from its own variables (None: unknown).
 
-    None when GLOO_SOCKET_IFNAME is set (an explicit choice wins), when MASTER_ADDR is unset or
-    loopback (all ranks on this machine). Raises OSError when MASTER_ADDR is unreachable."""
-    master = env.get('MASTER_ADDR')
-    if env.get('GLOO_SOCKET_IFNAME') or not master or is_loopback(master):
-        return None
-    return route_to(master)
+    Slurm: the step's node count (``SLURM_STEP_NUM_NODES``, else ``SLURM_NNODES``); torchrun:
+    ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE`` (its processes per node). Never from where a name
+    resolves: a node's own name may resolve to a loopback address on a multi-node cluster."""
+    slurm = env.get('SLURM_STEP_NUM_NODES') or env.get('SLURM_NNODES')
+    if slurm:
+        return int(slurm)
+    world, local = env.get('WORLD_SIZE'), env.get('LOCAL_WORLD_SIZE')
+    if world and local:
+        return -(-int(world) // int(local))
+    return None
+
+
+def multi_node(env=os.environ) -> bool:
+    """Whether the launcher started this run on more than one node (see ``node_count``)."""
+    return (node_count(env) or 1) > 1
+
+
+def reaching_route(targets: Sequence[str]) -> Tuple[str, Route]:
+    """The first of ``targets`` (host names or addresses of other nodes) that resolves to an address
+    of another machine, and the route to it from here: the interface the other nodes can reach.
+
+    Raises OSError naming every target and what became of it when none does (each resolves to a
+    loopback address here, or does not resolve, or has no route)."""
+    tried = []
+    for target in targets:
+        try:
+            route = route_to(target)
+        except OSError as exc:
+            tried.append(f'{target}: {exc}')
+            continue
+        if ipaddress.ip_address(route.address).is_loopback:
+            tried.append(f'{target} resolves to {route.master} on this node (a loopback address)')
+            continue
+        return target, route
+    raise OSError('no other node reachable: ' + ('; '.join(tried) or 'no address of another node known'))

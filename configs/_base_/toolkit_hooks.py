@@ -20,6 +20,8 @@ default_hooks = dict(
     data_position=dict(type='DataPositionHook'),
     # every rank's random-number generator states in checkpoints, restored on resume
     rng_state=dict(type='RNGStateHook'),
+    # a lost peer named within XCIT_STEP_TIMEOUT inside a step, XCIT_WAIT_TIMEOUT elsewhere
+    step_bound=dict(type='StepBoundHook'),
     # progress bars for validation and test
     eval_progress=dict(type='EvalProgressHook'),
     # checkpoints are written to a temporary file and renamed, never left half-written

@@ -52,7 +52,7 @@ def main() -> None:
         atexit.register(dist.destroy_process_group)
         evaluate_once(args.fail_rank, args.starve)
         return
-    with process_group('pytorch', timeout_s=300):
+    with process_group('pytorch'):
         evaluate_once(args.fail_rank, args.starve)
     print(f'process group left; gloo threads alive: {len(gloo_worker_threads())}', flush=True)
 

@@ -1,10 +1,15 @@
 """tools/slurm_train.sh and slurm_test.sh on a multi-node Slurm cluster: slurmctld and a slurmd per
-node, each in a network namespace of its own with its own address (tests/support/slurm_netns.py); and a
-requeued job that loses a node mid-run and finishes on the nodes left."""
+node, each in a network namespace of its own with its own address (tests/support/slurm_netns.py):
+nodes whose own names resolve to a loopback address, a peer that stops mid-run and the resume; and
+a requeued job that loses a node mid-run and finishes on the nodes left."""
 import contextlib
+import os
 import re
+import signal
 import subprocess
-from typing import Iterator
+import time
+from pathlib import Path
+from typing import Iterator, List, Tuple
 
 import pytest
 import torch
@@ -18,13 +23,17 @@ from helpers import (ROOT, assert_matches, env, rank_weights, read_log, report, 
 pytestmark = pytest.mark.cluster
 
 
+STEP_TIMEOUT = 10  # XCIT_STEP_TIMEOUT of the run that loses a peer
+
+
 @contextlib.contextmanager
-def slurm_on_hosts(nodes: int, **cluster_options: int) -> Iterator[slurm_netns.NamespacedSlurmCluster]:
+def slurm_on_hosts(nodes: int, own_name_loopback: bool = False, prefix: str = netns.PREFIX,
+                   **cluster_options: int) -> Iterator[slurm_netns.NamespacedSlurmCluster]:
     """A controller host and ``nodes`` compute hosts; the daemons, jobs and namespaces are gone
     afterwards (checked), also when the test fails."""
     require_capability('slurm', not slurm_cluster.missing_reason(), slurm_cluster.missing_reason())
     require_capability('netns', not netns.missing_reason(), netns.missing_reason())
-    with netns.private_hosts(1 + nodes) as net:
+    with netns.private_hosts(1 + nodes, own_name_loopback, prefix) as net:
         with slurm_cluster.running(slurm_netns.NamespacedSlurmCluster(net, **cluster_options)) as cluster:
             yield cluster
     assert not netns.namespaces_left(net)
@@ -32,7 +41,10 @@ def slurm_on_hosts(nodes: int, **cluster_options: int) -> Iterator[slurm_netns.N
 
 @pytest.fixture(scope='module')
 def two_node_slurm() -> Iterator[slurm_netns.NamespacedSlurmCluster]:
-    with slurm_on_hosts(2) as cluster:
+    """Two compute hosts set up as Debian does: each maps its own name to 127.0.1.1. Their addresses
+    sort above it (198.18.S.x), as 172.16/12 and 192.168/16 addresses do: gloo's side of a pair with
+    the larger address connects, so the other nodes connect to what node 0 advertises."""
+    with slurm_on_hosts(2, own_name_loopback=True, prefix='198.18') as cluster:
         yield cluster
 
 
@@ -42,28 +54,84 @@ def on_login_node(cluster: slurm_netns.NamespacedSlurmCluster, *args, **extra) -
                           capture_output=True, text=True, timeout=900)
 
 
-def test_two_nodes_two_tasks_each_train_then_test(two_node_slurm, tmp_path, seg_data):
+def lose_a_peer(cluster: slurm_netns.NamespacedSlurmCluster, launch: List[str], work_dir: Path, rank: int,
+                output: Path, **extra: object) -> Tuple[int, float, float]:
+    """Run ``launch`` until rank ``rank`` has stopped itself (StopOnFirstAttemptHook) and the job has
+    ended; returns the stopped pid and the seconds from the stop until the first report of a lost
+    peer and until the job's end. The stopped process is continued (so that it can be ended) and
+    the job cancelled, also when the run or the test fails."""
+    stopped, pid, named, ended = work_dir / f'stopped_rank{rank}', 0, float('inf'), float('inf')
+    with output.open('w') as out, spawned(launch, env=env(SLURM_CONF=cluster.env['SLURM_CONF'], **extra),
+                                          stdout=out, stderr=subprocess.STDOUT) as proc:
+        try:
+            try:
+                wait_for(stopped, proc, timeout=600)  # a loaded machine starts 4 ranks slowly
+            except AssertionError as exc:
+                raise AssertionError(f'{exc}\n{output.read_text()[-4000:]}\n{cluster.logs()}') from None
+            pid, at = int(stopped.read_text().split()[0]), float(stopped.read_text().split()[1])
+            while 'lost its peers' not in output.read_text() and proc.poll() is None \
+                    and time.time() < at + STEP_TIMEOUT + 120:
+                time.sleep(0.2)
+            named = time.time() - at
+            proc.wait(timeout=180)
+            ended = time.time() - at
+        finally:
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            cluster.cancel_jobs()
+    return pid, named, ended
+
+
+def test_debian_hosts_lose_a_stopped_peer_resume_then_test(two_node_slurm, tmp_path, seg_data,
+                                                           one_process_reference):
+    """2 tasks on each of 2 nodes whose own names resolve to 127.0.1.1 there. Rank 2 (on node2)
+    stops (SIGSTOP: a hang, as a lost peer shows on NCCL) as iteration 2 begins, after the
+    checkpoint of iteration 1: the others end within XCIT_STEP_TIMEOUT plus a margin, naming rank 2
+    and --resume. The resumed run ends with the uninterrupted one-process run's weights, and
+    slurm_test.sh evaluates its checkpoint."""
     cluster = two_node_slurm
     node1, node2 = cluster.nodes
-    config = sgd_config(tmp_path, seg_data)
+    config = sgd_config(tmp_path, seg_data, hooks=[dict(type='StopOnFirstAttemptHook', rank=2, at_iter=2)])
     work_dir = tmp_path / 'run'
     layout = dict(GPUS=4, GPUS_PER_NODE=2, CPUS_PER_TASK=1)  # no PORT: the job id gives it
-    train = on_login_node(cluster, 'bash', ROOT / 'tools/slurm_train.sh', 'debug', 'xcit-2n', config, work_dir,
-                          **layout)
-    out = train.stdout + train.stderr
-    assert train.returncode == 0, out[-4000:] + cluster.logs()
+    train = cluster.command(cluster.ctl, 'bash', ROOT / 'tools/slurm_train.sh', 'debug', 'xcit-2n', config, work_dir)
+    pid, named, ended = lose_a_peer(cluster, train, work_dir, 2, tmp_path / 'lost.out', XCIT_STEP_TIMEOUT=STEP_TIMEOUT,
+                             **layout)
+    out = (tmp_path / 'lost.out').read_text()
+    reports = re.findall(r'error: rank (\d) lost its peers: a collective failed \(Timed out waiting \d+ms[^)]*\); '
+                         r'gone: (.*?)\. The checkpoints already written are complete: continue with --resume\.', out)
+    print(f'rank 2 stopped; ranks {[r for r, _ in reports]} named it, the first after {named:.1f} s, the job '
+          f'ended after {ended:.1f} s (XCIT_STEP_TIMEOUT={STEP_TIMEOUT})')
+    # every survivor that reports before the launcher ends the job names rank 2, the first within the
+    # step bound plus the 10 s the survivors wait for each other's reports
+    assert reports, out[-4000:] + cluster.logs()
+    assert all(re.fullmatch(rf'rank 2 \(\S+ pid {pid}\)', gone) for _, gone in reports), reports
+    assert named < STEP_TIMEOUT + 25 and ended < 2 * STEP_TIMEOUT + 60, out[-4000:]
+    assert 'srun: error' in out and not (work_dir / 'iter_2.pth').exists(), out[-4000:]
     job = re.search(r'Slurm job (\d+) on node\[1-2\]: master node1 \(the first host: node1\), port (\d+) '
                     r'\(from the job id\)', out)
     assert job, out[-4000:]
     assert int(job.group(2)) == 20000 + int(job.group(1)) % 10000
+    # each node advertises its own subnet address, found through the other node's name
+    assert f'(node 0): gloo on eth0 {node1.address} (GLOO_SOCKET_IFNAME chosen: the route to node2 ' \
+           f'{node2.address})' in out, out[-4000:]
+    assert f'(node 1): gloo on eth0 {node2.address} (GLOO_SOCKET_IFNAME chosen: the route to MASTER_ADDR ' \
+           f'{node1.address})' in out, out[-4000:]
+
+    resume = on_login_node(cluster, 'bash', ROOT / 'tools/slurm_train.sh', 'debug', 'xcit-2n', config, work_dir,
+                           '--resume', **layout)
+    out = resume.stdout + resume.stderr
+    assert resume.returncode == 0, out[-4000:] + cluster.logs()
     log = read_log(work_dir)
     report(log)
     assert f'Run plan: 2 node(s), 4 processes, backend gloo on eth0 {node1.address} (GLOO_SOCKET_IFNAME ' \
-           f'chosen: the route to MASTER_ADDR {node1.address}); world size 4' in log
-    # each node advertises its own address
-    assert f'(node 1): gloo on eth0 {node2.address}' in out and f'(node 0): gloo on eth0 {node1.address}' in out
-    assert re.search(r'Iter\(train\) \[2/2\]', log) and 'img_per_s' in log
-    rank_weights(work_dir, 4)
+           f'chosen: the route to node2 {node2.address}); world size 4' in log
+    assert 'resumed epoch: 0, iter: 1' in log, log[-4000:]
+    assert log.count('Iter(train) [1/2]') == 1 and log.count('Iter(train) [2/2]') == 1, log[-4000:]
+    assert 'img_per_s' in log
+    weights = rank_weights(work_dir, 4)
+    assert_matches(weights[0], one_process_reference)
     test = on_login_node(cluster, 'bash', ROOT / 'tools/slurm_test.sh', 'debug', 'xcit-2n-test', config,
                          work_dir / 'iter_2.pth', '--work-dir', tmp_path / 'eval', **layout)
     out = test.stdout + test.stderr

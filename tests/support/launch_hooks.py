@@ -98,6 +98,25 @@ class SigkillAfterCheckpointHook(Hook):
 
 
 @HOOKS.register_module()
+class StopOnFirstAttemptHook(Hook):
+    """SIGSTOP this process (a hang, as a peer lost on NCCL shows) as iteration ``at_iter`` begins,
+    on rank ``rank``, once per work dir: first writing ``stopped_rank{r}`` (pid and time), which
+    marks it. The step bound is in force by then (StepBoundHook runs first)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self, rank: int, at_iter: int) -> None:
+        self.rank, self.at_iter = rank, at_iter
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        marker = os.path.join(runner.work_dir, f'stopped_rank{runner.rank}')
+        if runner.iter + 1 == self.at_iter and runner.rank == self.rank and not os.path.exists(marker):
+            with open(marker, 'w') as f:
+                f.write(f'{os.getpid()} {time.time()}')
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@HOOKS.register_module()
 class SigtermAfterIterHook(Hook):
     """Send this process SIGTERM right after iteration ``after_iter`` (default:
     $XCIT_TEST_SIGTERM_AT; none: no signal), once per work dir (``sigterm_sent`` marks it): the

@@ -1,8 +1,11 @@
 """Test hosts made of Linux network namespaces: own interfaces and addresses on a private subnet.
 
 ``private_hosts(n)`` creates n namespaces, each a "host" with an interface eth0 at 10.213.S.(i+1)/24
-(S random, not a subnet this machine already uses). Two hosts are joined by one veth pair; more
-are joined through a bridge in an extra "switch" namespace. Every interface is created inside the
+(S random, not a subnet this machine already uses; another prefix on request: gloo's side of a
+pair with the larger address is the one that connects, so hosts whose addresses must sort above
+127.0.1.1, as 172.16/12 and 192.168/16 do, use 198.18, the range reserved for network tests).
+Two hosts are joined by one veth pair; more are joined through a bridge in an extra "switch"
+namespace. Every interface is created inside the
 test's namespaces, so the host's own interfaces, routes and /etc are never touched. On exit (also
 on failure) the processes still inside the namespaces are killed by pid and the namespaces
 deleted.
@@ -10,7 +13,9 @@ deleted.
 A command runs on a host through ``nsenter --net``; with ``hosts_file=True`` it also gets a mount
 namespace of its own in which a temporary hosts file (host names node0, node1, ...; the machine's
 host name on a loopback address, as Debian writes it) is bind-mounted over /etc/hosts: only that
-process tree sees it. The file system is otherwise shared, as on a cluster with a shared one.
+process tree sees it. With ``own_name_loopback=True`` each host gets a file of its own in which its
+own name maps to 127.0.1.1 too (as a Debian install writes it) and only the others' names to their
+subnet addresses. The file system is otherwise shared, as on a cluster with a shared one.
 """
 import os
 import random
@@ -43,12 +48,12 @@ def _ip(*args: str) -> str:
     return subprocess.run(['ip', *args], check=True, capture_output=True, text=True, timeout=30).stdout
 
 
-def _subnets_in_use() -> set:
-    """The 10.213.S subnets already on this machine's interfaces (read only)."""
+def _subnets_in_use(prefix: str) -> set:
+    """The prefix.S subnets already on this machine's interfaces (read only)."""
     used = set()
     for line in _ip('-o', '-4', 'addr').splitlines():
         address = line.split()[3]
-        if address.startswith(PREFIX + '.'):
+        if address.startswith(prefix + '.'):
             used.add(int(address.split('.')[2]))
     return used
 
@@ -64,12 +69,16 @@ class Host:
 class Network:
     """The hosts of one private_hosts() block."""
 
-    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path) -> None:
+    def __init__(self, hosts: List[Host], namespaces: List[str], root: Path,
+                 own_name_loopback: bool = False) -> None:
         self.hosts, self.namespaces, self.root = hosts, namespaces, root
-        self.hosts_file = root / 'hosts'
-        lines = ['127.0.0.1 localhost', f'127.0.1.1 {socket.gethostname()}']
-        lines += [f'{h.address} {h.name}' for h in hosts]
-        self.hosts_file.write_text('\n'.join(lines) + '\n')
+        self.hosts_files = {}
+        for me in hosts:
+            own = [me.name] if own_name_loopback else []
+            lines = ['127.0.0.1 localhost', ' '.join(['127.0.1.1', socket.gethostname(), *own])]
+            lines += [f'{h.address} {h.name}' for h in hosts if h.name not in own]
+            self.hosts_files[me.name] = root / f'hosts-{me.name}'
+            self.hosts_files[me.name].write_text('\n'.join(lines) + '\n')
 
     def command(self, host: Host, args: Sequence[str], hosts_file: bool = False) -> List[str]:
         """``args`` run on ``host`` (its network namespace; with ``hosts_file``, its hosts file)."""
@@ -77,7 +86,7 @@ class Network:
         cmd = ['nsenter', f'--net={NETNS_DIR}/{host.ns}']
         if hosts_file:
             cmd += ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
-                    f'mount --bind {self.hosts_file} /etc/hosts && exec "$@"', 'sh']
+                    f'mount --bind {self.hosts_files[host.name]} /etc/hosts && exec "$@"', 'sh']
         return cmd + [str(a) for a in args]
 
     def power_off(self, host: Host) -> None:
@@ -127,12 +136,12 @@ def _close(namespaces: List[str], root: Path) -> None:
 
 
 @contextmanager
-def private_hosts(count: int = 2) -> Iterator[Network]:
-    """``count`` hosts on a private subnet (see the module's docstring); removed on exit."""
-    used = _subnets_in_use()
+def private_hosts(count: int = 2, own_name_loopback: bool = False, prefix: str = PREFIX) -> Iterator[Network]:
+    """``count`` hosts on a private subnet of ``prefix`` (see the module's docstring); removed on exit."""
+    used = _subnets_in_use(prefix)
     subnet = random.choice([s for s in range(1, 255) if s not in used])
     tag = f'xcit{os.getpid() % 100000}{random.randrange(1000):03d}'
-    hosts = [Host(f'{tag}h{i}', f'node{i}', f'{PREFIX}.{subnet}.{i + 1}') for i in range(count)]
+    hosts = [Host(f'{tag}h{i}', f'node{i}', f'{prefix}.{subnet}.{i + 1}') for i in range(count)]
     namespaces = [h.ns for h in hosts] + ([f'{tag}sw'] if count > 2 else [])
     root = Path(tempfile.mkdtemp(prefix='xcit-netns-'))
     root.chmod(0o755)
@@ -158,7 +167,7 @@ def private_hosts(count: int = 2) -> Iterator[Network]:
             if count > 1:
                 _ip('-n', h.ns, 'addr', 'add', f'{h.address}/24', 'dev', h.interface)
                 _ip('-n', h.ns, 'link', 'set', h.interface, 'up')
-        yield Network(hosts, namespaces, root)
+        yield Network(hosts, namespaces, root, own_name_loopback)
     finally:
         _close(created, root)
 

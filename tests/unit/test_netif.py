@@ -1,5 +1,6 @@
-"""The pieces of the scale-out launch that need no processes: the route to the master, the
-torchrun wrapper's options and rendezvous report, the Slurm job's port."""
+"""The pieces of the scale-out launch that need no processes: single or multi-node from the launcher's
+counts, the route to another node, the torchrun wrapper's options and rendezvous report, the Slurm
+job's port."""
 import socket
 
 import pytest
@@ -26,15 +27,34 @@ def test_route_to_an_own_address_names_its_interface():
         pytest.skip('this machine has no non-loopback IPv4 address')
     name, address = found[0]
     assert netif.route_to(address) == netif.Route(address, address, name)
-    env = {'MASTER_ADDR': address}
-    assert netif.gloo_interface(env) == netif.Route(address, address, name)
-    assert netif.gloo_interface(dict(env, GLOO_SOCKET_IFNAME='other0')) is None  # an explicit choice wins
-    assert netif.gloo_interface({'MASTER_ADDR': '127.0.0.1'}) is None  # one node: gloo's default
 
 
-def test_unresolvable_master_raises():
-    with pytest.raises(OSError):
-        netif.gloo_interface({'MASTER_ADDR': 'no-such-host.invalid'})
+def test_reaching_route_skips_names_that_resolve_to_loopback_here():
+    """Node 0's own name maps to 127.0.1.1 on node 0 (Debian): the next target, another node, is used;
+    with no target left, the error names each one and what it resolved to."""
+    found = local_addresses()
+    if not found:
+        pytest.skip('this machine has no non-loopback IPv4 address')
+    name, address = found[0]
+    assert netif.reaching_route(['127.0.1.1', address]) == (address, netif.Route(address, address, name))
+    with pytest.raises(OSError, match=r'no other node reachable: localhost resolves to 127\.0\.0\.1 on this node '
+                                      r'\(a loopback address\); 127\.0\.1\.1 resolves to 127\.0\.1\.1 .*; '
+                                      r'no-such-host\.invalid: '):
+        netif.reaching_route(['localhost', '127.0.1.1', 'no-such-host.invalid'])
+
+
+@pytest.mark.parametrize('variables, nodes', [
+    (dict(SLURM_NNODES='2', SLURM_NTASKS='4'), 2),
+    (dict(SLURM_NNODES='3', SLURM_STEP_NUM_NODES='1'), 1),  # a one-node step of a larger job
+    (dict(WORLD_SIZE='8', LOCAL_WORLD_SIZE='4'), 2),
+    (dict(WORLD_SIZE='4', LOCAL_WORLD_SIZE='4'), 1),
+    (dict(WORLD_SIZE='4'), None),  # no launcher count: unknown
+])
+def test_node_count_follows_the_launcher_not_name_resolution(variables, nodes):
+    for master in ('127.0.0.1', 'localhost', '10.9.8.7'):  # where MASTER_ADDR resolves makes no difference
+        env = dict(variables, MASTER_ADDR=master)
+        assert netif.node_count(env) == nodes
+        assert netif.multi_node(env) == (nodes is not None and nodes > 1)
 
 
 def test_torchrun_options_stop_at_the_script():
@@ -63,3 +83,27 @@ def test_rendezvous_failure_names_endpoint_nodes_and_timeout():
 def test_slurm_job_port_comes_from_the_job_id():
     assert job_port('1234') == 21234 and job_port('98765') == 28765
     assert len({job_port(str(j)) for j in range(100, 200)}) == 100
+
+
+def test_other_nodes_come_from_the_slurm_node_list_or_the_torchrun_store(monkeypatch):
+    """Where node 0's own name is loopback, it needs another node: under Slurm the other hosts of
+    the node list, under torchrun the address node 1 published in the rendezvous store."""
+    from xcit_dense.engine import dist as engine_dist
+    monkeypatch.setattr(engine_dist, '_SLURM_HOSTS', ['node1', 'node2', 'node3'])
+    monkeypatch.setenv('MASTER_ADDR', 'node1')
+    monkeypatch.setenv('SLURMD_NODENAME', 'node1')
+    assert engine_dist._other_nodes('slurm', None) == ['node1', 'node2', 'node3']
+    monkeypatch.setenv('SLURMD_NODENAME', 'node2')
+    assert engine_dist._other_nodes('slurm', None) == ['node1', 'node3']
+
+    store = dist.HashStore()
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('LOCAL_RANK', '0')
+    monkeypatch.setenv('GROUP_RANK', '1')  # node 1 publishes its address on the route to the master
+    assert engine_dist._other_nodes('pytorch', store) == ['127.0.0.1']
+    assert store.get('xcit_dense/node1/address') == b'127.0.0.1'
+    store.set('xcit_dense/node1/address', '10.1.2.3')
+    monkeypatch.setenv('GROUP_RANK', '0')  # node 0, its master name loopback here, takes node 1's
+    assert engine_dist._other_nodes('pytorch', store) == ['127.0.0.1', '10.1.2.3']
+    monkeypatch.setenv('MASTER_ADDR', '10.9.8.7')  # a master address that is not loopback is enough
+    assert engine_dist._other_nodes('pytorch', dist.HashStore()) == ['10.9.8.7']

@@ -33,6 +33,15 @@ def open_control_group(timeout_s: float) -> None:
         _SIDE_GROUP = dist.new_group(backend='gloo', timeout=timedelta(seconds=timeout_s))
 
 
+def set_timeouts(seconds: int, nccl_extra_s: int = 0) -> None:
+    """How long the main group's and the side group's collectives wait from now on; a main group
+    that does not serve CPU tensors (NCCL) waits ``nccl_extra_s`` longer (for its timeout dump)."""
+    extra = 0 if serves_cpu(dist.get_backend()) else nccl_extra_s
+    dist.set_timeout(timedelta(seconds=seconds + extra))
+    if _SIDE_GROUP is not None:
+        dist.set_timeout(timedelta(seconds=seconds), group=_SIDE_GROUP)
+
+
 def close_control_group() -> None:
     """Forget the side group (``destroy_process_group`` destroys it with the main group)."""
     global _SIDE_GROUP

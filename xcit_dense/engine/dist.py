@@ -19,11 +19,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, NoReturn, Optional
+from typing import Iterator, List, NoReturn, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -32,9 +33,14 @@ from xcit_launch import netif
 
 from . import collectives
 from .resume import agree_on_restart
+from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, WaitBounds, nccl_environment, wait_bounds
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 _NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)
+_SLURM_HOSTS: List[str] = []  # the hosts of a Slurm job's node list
+_BOUNDS = WaitBounds(0, 0)  # this run's wait bounds (set with the process group)
+_WATCH: Optional[StepWatch] = None  # reports a step that outlives its bound
+_REPORTING = threading.Lock()  # held by whichever of the main thread and the step watch reports a lost peer
 
 
 def gpus_present() -> bool:
@@ -72,8 +78,9 @@ def job_port(job_id: str) -> int:
 def _slurm_env() -> None:
     """Translate Slurm's task variables into the ones torch.distributed reads."""
     nodes = os.environ['SLURM_NODELIST']
-    master = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
-                            capture_output=True, text=True).stdout.split()[0]
+    _SLURM_HOSTS[:] = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
+                                     capture_output=True, text=True).stdout.split()
+    master = _SLURM_HOSTS[0]
     os.environ.setdefault('MASTER_ADDR', master)
     os.environ.setdefault('MASTER_PORT', os.environ.get('PORT') or str(job_port(os.environ['SLURM_JOB_ID'])))
     if os.environ['SLURM_PROCID'] == '0':
@@ -85,12 +92,20 @@ def _slurm_env() -> None:
     os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
 
 
-def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
-    """Join the process group for ``launcher``; returns the backend, or None for one process."""
+def init_distributed(launcher: str) -> Optional[str]:
+    """Join the process group for ``launcher``; returns the backend, or None for one process.
+
+    The groups start with the long wait bound (``wait_bounds``); ``begin_step_bound`` and
+    ``end_step_bound`` switch to the step bound and back."""
+    global _BOUNDS, _WATCH
     if launcher not in LAUNCHERS:
         raise ValueError(f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
     if launcher == 'none' or dist.is_initialized():
         return dist.get_backend() if dist.is_initialized() else None
+    try:
+        _BOUNDS = wait_bounds()
+    except ValueError as exc:
+        raise SystemExit(f'error: {exc}') from None
     if launcher == 'slurm':
         _slurm_env()
     missing = [v for v in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if v not in os.environ]
@@ -101,25 +116,68 @@ def init_distributed(launcher: str, timeout_s: int = 1800) -> Optional[str]:
         backend = 'nccl'
         torch.cuda.set_device(cuda_device_index(int(os.environ.get('LOCAL_RANK', 0)),
                                                 torch.cuda.device_count(), _bound_per_task()))
+        os.environ.update(nccl_environment(_BOUNDS))
     else:
         backend = 'gloo'
-    _choose_socket_interface(backend)
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    collectives.open_control_group(timeout_s)
+    timeout = timedelta(seconds=_BOUNDS.wait_s)
+    if netif.multi_node():
+        # the store first: under torchrun, node 0 may need another node's address from it
+        store, rank, size = next(dist.rendezvous('env://', timeout=timeout))
+        _choose_socket_interface(backend, launcher, store)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
+    else:
+        _one_node_network(backend)
+        dist.init_process_group(backend, timeout=timeout)
+    collectives.open_control_group(_BOUNDS.wait_s)
     agree_on_restart()  # a collective: every rank learns whether this group is a restarted one
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
+    _WATCH = _WATCH or StepWatch(_step_expired)
     return backend
 
 
-def _choose_socket_interface(backend: str) -> None:
-    """Make gloo (and NCCL) advertise an address its peers can reach: the one on the route to
-    MASTER_ADDR.
+def _one_node_network(backend: str) -> None:
+    """One node: gloo's and NCCL's own choices work (loopback included); an explicit one is noted."""
+    global _NETWORK
+    names = ['GLOO_SOCKET_IFNAME'] + (['NCCL_SOCKET_IFNAME'] if backend == 'nccl' else [])
+    explicit = [f'{name}={os.environ[name]}' for name in names if os.environ.get(name)]
+    _NETWORK = f" on {', '.join(explicit)} (as set)" if explicit else ''
+
+
+def _other_nodes(launcher: str, store: dist.Store) -> List[str]:
+    """Names or addresses of other nodes of this run, to find the interface that reaches them.
+
+    MASTER_ADDR first: node 0's address, seen from any other node. On node 0 itself its own name
+    may resolve to a loopback address (Debian's /etc/hosts), so another node is needed: under Slurm
+    the other hosts of the job's node list; under torchrun the address node 1 publishes in the
+    rendezvous store (every other node's local rank 0 publishes its own)."""
+    master = os.environ['MASTER_ADDR']
+    if launcher == 'slurm':
+        me = os.environ.get('SLURMD_NODENAME')
+        return [master] + [host for host in _SLURM_HOSTS if host not in (me, master)]
+    node = int(os.environ.get('GROUP_RANK', '0'))
+    if node != 0:
+        if os.environ.get('LOCAL_RANK', '0') == '0':
+            try:
+                address = netif.route_to(master).address
+            except OSError:  # reported by the caller, which tries the same route
+                address = ''
+            store.set(f'{_KEY}/node{node}/address', address)  # '': none (node 0 must not wait in vain)
+        return [master]
+    if not netif.is_loopback(master):
+        return [master]
+    published = store.get(f'{_KEY}/node1/address').decode()  # waits for node 1 (the store's timeout)
+    return [master] + ([published] if published else [])
+
+
+def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> None:
+    """Make gloo (and NCCL) advertise an address the other nodes can reach: the one on the route
+    from this node to another node of the run (``_other_nodes``).
 
     Left to itself, gloo advertises what the host name resolves to, often a loopback address
     (Debian's /etc/hosts), which a rank on another node cannot connect to; NCCL picks the first
     interface that is not loopback or docker, maybe not the one the nodes share. An explicit
-    GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME wins; with a loopback MASTER_ADDR (one node) the
-    libraries' defaults are kept. gloo is used on NCCL runs too, for the control collectives."""
+    GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME wins. gloo is used on NCCL runs too, for the control
+    collectives. Raises RuntimeError naming the addresses tried when no other node is reachable."""
     global _NETWORK
     names = ['GLOO_SOCKET_IFNAME'] + (['NCCL_SOCKET_IFNAME'] if backend == 'nccl' else [])
     explicit = [f'{name}={os.environ[name]}' for name in names if os.environ.get(name)]
@@ -127,26 +185,27 @@ def _choose_socket_interface(backend: str) -> None:
         _NETWORK = f" on {', '.join(explicit)} (as set)"
         return
     try:
-        route = netif.gloo_interface({k: v for k, v in os.environ.items() if k not in names})
+        target, route = netif.reaching_route(_other_nodes(launcher, store))
     except OSError as exc:
-        raise RuntimeError(f"MASTER_ADDR={os.environ.get('MASTER_ADDR')} cannot be reached from this "
-                           f"node ({exc}): set MASTER_ADDR to node 0's address, or {' and '.join(names)} "
-                           f"to the interface of the network the nodes share") from exc
-    if route is not None:
-        chosen = [name for name in names if not os.environ.get(name)]
-        for name in chosen:
-            os.environ[name] = route.interface
-        _NETWORK = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
-                    f"MASTER_ADDR {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
-        if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
-            node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
-            print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
+        raise RuntimeError(f"this node cannot tell which network reaches the other nodes ({exc}): map "
+                           f"the nodes' names to their addresses on that network, or set "
+                           f"{' and '.join(names)} to its interface") from exc
+    chosen = [name for name in names if not os.environ.get(name)]
+    for name in chosen:
+        os.environ[name] = route.interface
+    target = 'MASTER_ADDR' if target == os.environ['MASTER_ADDR'] else target
+    _NETWORK = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
+                f"{target} {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
+    if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
+        node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
+        print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
 
 
 _KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
-# what gloo and NCCL say when a peer process is gone (their errors are plain RuntimeErrors)
+# what gloo and NCCL say when a peer process is gone, or stopped (their errors are plain RuntimeErrors)
 _PEER_GONE = ('Connection reset by peer', 'Connection closed by peer', 'Broken pipe',
-              'Connection refused', 'NCCL communicator was aborted', 'remote process exited')
+              'Connection refused', 'NCCL communicator was aborted', 'remote process exited',
+              'Timed out waiting')
 
 
 def _store() -> dist.Store:
@@ -154,7 +213,8 @@ def _store() -> dist.Store:
 
 
 def is_peer_failure(exc: BaseException) -> bool:
-    """True for the error a collective raises when a peer process has died."""
+    """True for the error a collective raises when a peer process has died or has not answered
+    within the group's timeout."""
     return isinstance(exc, dist.DistError) or (
         isinstance(exc, RuntimeError) and any(text in str(exc) for text in _PEER_GONE))
 
@@ -165,24 +225,35 @@ def _gist(exc: BaseException) -> str:
     return text.split('. ')[0][:200]
 
 
-def lost_peers(wait_s: float = 10.0) -> str:
+def lost_peers(wait_s: float = 10.0) -> Tuple[str, List[int]]:
     """After a failed collective, name the ranks that are gone: every surviving rank reports to
     the store, and the ranks that have not reported within ``wait_s`` are named (with the host
-    and process id they registered at start)."""
+    and process id they registered at start). Returns the text and those ranks."""
     rank, size = dist.get_rank(), dist.get_world_size()
     try:
         store = _store()
+        store.set_timeout(timedelta(seconds=wait_s))  # a stopped store host must not hold this up
         store.set(f'{_KEY}/alive{rank}', '1')
-        deadline = time.monotonic() + wait_s
-        missing = [r for r in range(size) if r != rank]
-        while missing and time.monotonic() < deadline:
-            missing = [r for r in missing if not store.check([f'{_KEY}/alive{r}'])]
-            time.sleep(0.2)
+        missing = _unreported(store, [r for r in range(size) if r != rank], wait_s)
         if not missing:
-            return 'every rank is still alive'
-        return ', '.join(f"rank {r} ({store.get(f'{_KEY}/rank{r}').decode()})" for r in missing)
+            return 'every rank is still alive', []
+        return ', '.join(f"rank {r} ({store.get(f'{_KEY}/rank{r}').decode()})" for r in missing), missing
     except Exception as exc:  # the store lives with the master: it may be gone too
-        return f'unknown: the rendezvous store is unreachable too ({type(exc).__name__}: {exc})'
+        return f'unknown: the rendezvous store is unreachable too ({type(exc).__name__}: {exc})', []
+
+
+def _unreported(store: dist.Store, ranks: List[int], wait_s: float) -> List[int]:
+    """Those of ``ranks`` that have not reported alive within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while ranks and time.monotonic() < deadline:
+        ranks = [r for r in ranks if not store.check([f'{_KEY}/alive{r}'])]
+        time.sleep(0.2)
+    return ranks
+
+
+def _hosts_the_store() -> bool:
+    """Whether this process serves the store: rank 0, unless torchrun's agent serves it."""
+    return dist.get_rank() == 0 and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True'
 
 
 def gloo_worker_threads() -> List[int]:
@@ -235,18 +306,62 @@ def _exit_now(exc: BaseException) -> None:
         traceback.print_exception(exc)
         code = 1
         if dist.is_initialized() and is_peer_failure(exc):
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's tear-down may not cut this short
-            print(f'error: rank {dist.get_rank()} lost its peers: a collective failed '
-                  f'({_gist(exc)}); gone: {lost_peers()}. The checkpoints already '
-                  f'written are complete: continue with --resume.', file=sys.stderr)
+            _REPORTING.acquire()  # when the step watch reports already, it ends the process
+            _report_lost_peers(f'a collective failed ({_gist(exc)})')
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
+def _report_lost_peers(what: str) -> None:
+    """Print the toolkit's message naming the lost ranks. A process that serves the store then
+    keeps it up for the survivors that notice later (each within the step bound; the launcher
+    ends this process when the first of them exits)."""
+    if threading.current_thread() is threading.main_thread():  # (only it may; in training the
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # preemption hook's handler defers SIGTERM anyway)
+    gone, missing = lost_peers()
+    print(f'error: rank {dist.get_rank()} lost its peers: {what}; gone: {gone}. The checkpoints '
+          f'already written are complete: continue with --resume.', file=sys.stderr, flush=True)
+    if missing and _hosts_the_store():
+        _unreported(_store(), missing, _BOUNDS.step_s)
+
+
+def _step_expired() -> None:
+    """The step watch's report: a training step outlived its bound (a peer stopped, or gone from
+    the network, without closing its connections). On NCCL runs NCCL's own timeout follows
+    ``DUMP_ALLOWANCE_S`` later, writes the flight-recorder dump and ends the process; this thread
+    ends it after that in any case."""
+    if not _REPORTING.acquire(blocking=False):
+        return  # the main thread is reporting a failed collective and ends the process
+    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={_BOUNDS.step_s} s')
+    if dist.is_initialized() and not collectives.serves_cpu(dist.get_backend()):
+        time.sleep(DUMP_ALLOWANCE_S + 30)
+    logging.shutdown()
+    os._exit(1)
+
+
+def begin_step_bound() -> None:
+    """From now on a collective waits at most the step bound (every rank calls it as a step begins)."""
+    collectives.set_timeouts(_BOUNDS.step_s, DUMP_ALLOWANCE_S)
+    if _WATCH is not None:
+        _WATCH.arm(_BOUNDS.step_s + (10 if collectives.serves_cpu(dist.get_backend()) else 0))  # gloo raises first
+
+
+def end_step_bound() -> None:
+    """Back to the long bound (evaluation, checkpoint writes and the like follow a step)."""
+    if _WATCH is not None:
+        _WATCH.disarm()
+    collectives.set_timeouts(_BOUNDS.wait_s)
+
+
+def wait_bound_s() -> int:
+    """The long bound of this run: for waits outside a training step."""
+    return _BOUNDS.wait_s
+
+
 @contextmanager
-def process_group(launcher: str, timeout_s: int = 1800) -> Iterator[Optional[str]]:
+def process_group(launcher: str) -> Iterator[Optional[str]]:
     """Join the process group for the run inside the block, yielding the backend (None for one
     process), and leave it properly at the end.
 
@@ -254,7 +369,7 @@ def process_group(launcher: str, timeout_s: int = 1800) -> Iterator[Optional[str
     group) is garbage when the block ends. A block that ends normally (or with exit code 0) leaves
     through ``leave_process_group``; one that raises exits the process at once with the error's
     message and code, waiting for no peer."""
-    backend = init_distributed(launcher, timeout_s)
+    backend = init_distributed(launcher)
     if backend is None:
         yield None
         return

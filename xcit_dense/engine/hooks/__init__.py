@@ -8,6 +8,7 @@ from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
 from .rng_state import RNGStateHook
+from .step_bound import StepBoundHook
 from .throughput import ThroughputHook
 
 # the ``default_hooks`` name of each hook, as configs/_base_/toolkit_hooks.py declares them (for
@@ -15,7 +16,7 @@ from .throughput import ThroughputHook
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
                      data_position='DataPositionHook',
-                     eval_progress='EvalProgressHook', rng_state='RNGStateHook')
+                     eval_progress='EvalProgressHook', rng_state='RNGStateHook', step_bound='StepBoundHook')
 
 __all__ = ['BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
-           'PreemptionHook', 'RNGStateHook', 'TOOLKIT_HOOKS', 'ThroughputHook']
+           'PreemptionHook', 'RNGStateHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

@@ -3,12 +3,13 @@
 Builds the backbones (random weights, training mode), runs one forward at the given size and walks
 the autograd graph from the summed outputs: each node's saved tensors (``_saved_*``) are counted
 once per storage, charged to the first node found holding them, parameters and the input left out.
-The node names are the backward functions (``GeluBackward0`` is what GELU's forward saved); the
+The node names are the backward functions (``GeluBackward0`` is what GELU's forward saved;
+custom functions' nodes are named ``<Function>Backward``); the
 second table groups the same bytes by the module whose forward built the node. Saved bytes do not
 depend on the machine's load or device: a GPU keeps the same tensors (on a CPU, XCiT runs its CPU
 layouts unless ``--layout reference``).
 
-    python benchmarks/saved_activations.py --size 800 1344 --batch 2
+    python benchmarks/saved_activations.py --size 800 1344 --batch 2 --plain-operators
     python benchmarks/saved_activations.py --models xcit_s12_p16 --layout reference --with-cp selective
 
 Activation checkpointing stores its tensors outside the graph's nodes; with ``--with-cp`` the
@@ -16,6 +17,7 @@ figure is the peak tensor memory of forward plus backward instead (the profiler'
 """
 import argparse
 import collections
+import contextlib
 import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -68,12 +70,11 @@ def saved_per_node(roots, skip: Set[int], owner: Dict) -> Tuple[Dict[str, List[i
         if fn is None or fn in seen_nodes:
             continue
         seen_nodes.add(fn)
-        for attr in dir(fn):
-            if not attr.startswith('_saved_'):
-                continue
+        # built-in nodes expose each saved tensor as _saved_<name>; custom autograd functions as saved_tensors
+        for attr in [a for a in dir(fn) if a.startswith('_saved_')] + ['saved_tensors']:
             try:
                 value = getattr(fn, attr)
-            except RuntimeError:  # freed or not a tensor
+            except (RuntimeError, AttributeError):  # freed, not a tensor, or not a custom function
                 continue
             for t in _tensors(value):
                 storage = t.untyped_storage()
@@ -117,29 +118,33 @@ def node_owners(model: nn.Module, run) -> Tuple[object, Dict]:
     return out, owner
 
 
-def measure(name: str, size: Tuple[int, int], batch: int, layout: str) -> dict:
+@contextlib.contextmanager
+def plain_operators() -> Iterator[None]:
+    """XCiT's layers without the recomputing autograd functions (``models/recompute.py``)."""
+    from xcit_dense.models import layers
+    saving = layers.wants_saving_functions
+    layers.wants_saving_functions = lambda x: False
+    try:
+        yield
+    finally:
+        layers.wants_saving_functions = saving
+
+
+def measure(name: str, size: Tuple[int, int], batch: int, layout: str, plain: bool = False) -> dict:
     from xcit_dense.models.cpu_layouts import reference_layout
     torch.manual_seed(0)
     model = build(name, False)
     x = torch.randn(batch, 3, *size)
-    ctx = reference_layout() if layout == 'reference' else _Nothing()
-    with ctx:
+    with reference_layout() if layout == 'reference' else contextlib.nullcontext(), \
+            plain_operators() if plain else contextlib.nullcontext():
         outs, owner = node_owners(model, lambda: model(x))
     skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
     skip |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     skip.add(x.untyped_storage().data_ptr())
     per_node, per_module = saved_per_node([o.grad_fn for o in outs], skip, owner)
     outputs = sum(o.untyped_storage().nbytes() for o in outs)
-    return dict(name=name, per_node=per_node, per_module=per_module,
+    return dict(name=name + (' (plain operators)' if plain else ''), per_node=per_node, per_module=per_module,
                 total=sum(b for b, _ in per_node.values()), outputs=outputs)
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def peak_with_cp(name: str, size: Tuple[int, int], batch: int, layout: str, with_cp) -> int:
@@ -149,8 +154,8 @@ def peak_with_cp(name: str, size: Tuple[int, int], batch: int, layout: str, with
     torch.manual_seed(0)
     model = build(name, with_cp)
     x = torch.randn(batch, 3, *size)
-    ctx = reference_layout() if layout == 'reference' else _Nothing()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, ctx:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
+            reference_layout() if layout == 'reference' else contextlib.nullcontext():
         sum(o.float().mean() for o in model(x)).backward()
     allocations = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                          if e.name() == '[memory]')  # + allocated, - freed, in time order
@@ -170,6 +175,8 @@ def main() -> None:
                         help="XCiT's layers as GPUs run them (reference) or the CPU layouts")
     parser.add_argument('--with-cp', choices=('none', 'full', 'selective'), nargs='+', default=['none'],
                         help='checkpointing modes for the peak-memory table')
+    parser.add_argument('--plain-operators', action='store_true',
+                        help="also XCiT without the recomputing autograd functions (what it saved before them)")
     parser.add_argument('--top', type=int, default=12)
     args = parser.parse_args()
     size = tuple(args.size)
@@ -177,6 +184,9 @@ def main() -> None:
     print(f'# Saved for the backward: {args.batch} x 3 x {size[0]} x {size[1]}, training mode, '
           f'layout {args.layout}, torch {torch.__version__}\n')
     results = [measure(name, size, args.batch, args.layout) for name in args.models]
+    if args.plain_operators:
+        results += [measure(name, size, args.batch, args.layout, plain=True) for name in args.models
+                    if MODELS[name]['type'] == 'XCiT']
     print('| model | saved tensors (GiB) | outputs (GiB) |\n|---|---|---|')
     for r in results:
         print(f"| {r['name']} | {r['total'] / gib:.3f} | {r['outputs'] / gib:.3f} |")

@@ -146,3 +146,21 @@ def test_with_cp_checkpoints_the_first_trainable_block_after_frozen_stages(monke
     sum(out.sum() for out in model(torch.randn(1, 3, 64, 64))).backward()
     assert calls == list(model.blocks[1:])
     assert model.blocks[1].mlp.fc1.weight.grad is not None and model.blocks[0].mlp.fc1.weight.grad is None
+
+
+def test_compiled_training_builds_no_graph_per_input_size(tiny_xcit, monkeypatch):
+    """Multi-scale training: the second input size makes dynamo trace the sizes as symbols, and no
+    later size builds another graph (a graph per size would recompile up to dynamo's
+    cache limit, then silently run eagerly)."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(xcit_module, '_compiled',
+                        functools.lru_cache(maxsize=None)(lambda fn: torch.compile(fn, backend='eager')))
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_xcit(compile=True).train()
+    graphs = []
+    for height, width in ((96, 128), (128, 96), (112, 160), (64, 200)):
+        model(torch.randn(2, 3, height, width))
+        graphs.append(counters['stats']['unique_graphs'])
+    assert not model._compile_failed
+    assert graphs == [1, 2, 2, 2], graphs  # (dynamo gives a batch of 1 a graph of its own too)

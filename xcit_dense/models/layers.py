@@ -17,6 +17,7 @@ from torch import nn
 from . import cpu_layouts
 from .cpu_layouts import use_cpu_layouts
 from .presets import check_patch_size
+from .recompute import GeluLinear, NormalizedGram, wants_saving_functions
 
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
@@ -108,7 +109,10 @@ class XCA(nn.Module):
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
         q, k, v = qkv.unbind(0)
         # plain matrix products: on CPU, faster than scaled_dot_product_attention for (d x d) maps
-        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
+        if wants_saving_functions(q):  # the same product, keeping the norms instead of normalised copies
+            attn = NormalizedGram.apply(q, k, 1e-12) * self.temperature
+        else:
+            attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
         attn = self.attn_drop(attn.softmax(dim=-1))
         x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
         return self.proj_drop(self.proj(x))
@@ -148,6 +152,8 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc1(x)
+        if self.drop.p == 0 and wants_saving_functions(x):  # fc2(GELU(x)), GELU's output not kept
+            return GeluLinear.apply(x, self.fc2.weight, self.fc2.bias, self.act.approximate)
         x = cpu_layouts.gelu(self.act, x) if use_cpu_layouts(x) else self.act(x)
         return self.drop(self.fc2(self.drop(x)))
 

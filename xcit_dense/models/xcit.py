@@ -6,7 +6,7 @@ maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all wi
 import functools
 import logging
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint as cp
@@ -28,6 +28,22 @@ from .weights import load_backbone_weights
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
     name: (p.embed_dims, p.depth, p.num_heads, p.eta) for name, p in PRESETS.items()}
 PYRAMID_STRIDES = (4, 8, 16, 32)
+CHECKPOINT_MODES = (False, True, 'selective')
+
+# What selective checkpointing keeps from the forward: the outputs of the matrix products (linear
+# layers, XCA's Gram and attention products), the costly operators. Everything else in a block
+# (norms, GELU, LPI's depthwise convolutions, softmax, the copies between layouts) is recomputed in
+# the backward, which takes about one extra pass over memory instead of storing those tensors.
+_SAVED_IN_SELECTIVE = frozenset((torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                                 torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default))
+
+
+def _selective_policy(ctx, op, *args, **kwargs) -> cp.CheckpointPolicy:
+    return cp.CheckpointPolicy.MUST_SAVE if op in _SAVED_IN_SELECTIVE else cp.CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selective_contexts():
+    return cp.create_selective_checkpoint_contexts(_selective_policy)
 
 
 def _upsample(dims: int, twice: bool, norm_cfg: dict) -> nn.Sequential:
@@ -81,7 +97,10 @@ class XCiT(BaseModule):
         frozen_stages: -1 freezes nothing, 0 the patch embedding and positional encoding,
             n > 0 also the first n blocks.
         norm_eval: keep BatchNorm layers in eval mode while training.
-        with_cp: activation checkpointing per block, trading compute for memory.
+        with_cp: activation checkpointing per block, trading compute for memory: ``True`` keeps
+            only each block's input and recomputes the whole block in the backward;
+            ``'selective'`` also keeps the matrix products' outputs and recomputes the cheap
+            operators between them (norms, GELU, LPI, softmax), saving less memory for less time.
         channels_last: run the patch embedding and pyramid convolutions in channels_last
             memory format; the token maps then become (B, D, Hp, Wp) views of the tokens. On a
             CPU, inputs and token maps are channels_last in any case (faster convolutions there),
@@ -109,7 +128,7 @@ class XCiT(BaseModule):
                  norm_cfg: dict = DEFAULT_NORM,
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
-                 with_cp: bool = False,
+                 with_cp: Union[bool, str] = False,
                  channels_last: bool = False,
                  compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
@@ -134,6 +153,8 @@ class XCiT(BaseModule):
             raise ValueError(f'out_indices must be strictly increasing, got {out_indices}')
         if not -1 <= frozen_stages <= self.depth:
             raise ValueError(f'frozen_stages must be in -1..{self.depth}, got {frozen_stages}')
+        if with_cp not in CHECKPOINT_MODES or isinstance(with_cp, int) and not isinstance(with_cp, bool):
+            raise ValueError(f"with_cp must be one of False, True, 'selective'; got {with_cp!r}")
         self.out_indices = out_indices
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
@@ -224,7 +245,10 @@ class XCiT(BaseModule):
         for i, block in enumerate(self.blocks[:self.out_indices[-1] + 1]):
             # every block that trains, the first after frozen stages too (its input needs no grad)
             if self.with_cp and torch.is_grad_enabled() and i >= max(self.frozen_stages, 0):
-                x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False)
+                if self.with_cp == 'selective':
+                    x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False, context_fn=_selective_contexts)
+                else:
+                    x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False)
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:

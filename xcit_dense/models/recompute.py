@@ -1,0 +1,86 @@
+"""Autograd functions that keep less for the backward than the operators they combine.
+
+Each recomputes a cheap pointwise result from a tensor autograd keeps anyway, instead of saving a
+second tensor of the same size: the same function and gradients as the plain operators (checked by
+``gradcheck`` and against timm's gradients in the tests), on every device. Under autocast they
+compute in the dtypes autocast gives the plain operators (matrix products in the autocast dtype,
+norms in float32); their backward casts the same way. The layers use them only where a gradient is
+wanted and nothing traces the graph (FLOP counting, ONNX export see the plain operators).
+"""
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+class GeluLinear(torch.autograd.Function):
+    """``F.linear(F.gelu(h), weight, bias)`` keeping ``h`` (which GELU's backward needs in any case),
+    not GELU's output: that is recomputed for the weight's gradient. In the MLP it saves a tensor of
+    the hidden size (4x the embedding) per block."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, approximate: str) -> torch.Tensor:
+        ctx.save_for_backward(h, weight)
+        ctx.approximate = approximate
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return F.linear(F.gelu(h, approximate=approximate), weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        h, weight = ctx.saved_tensors
+        grad_h = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_act = grad @ weight.to(grad.dtype)
+            grad_h = torch.ops.aten.gelu_backward(grad_act.to(h.dtype), h, approximate=ctx.approximate)
+        if ctx.needs_input_grad[1]:
+            act = F.gelu(h, approximate=ctx.approximate).to(grad.dtype)
+            grad_weight = (_flat(grad).t() @ _flat(act)).to(weight.dtype)
+        if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+            grad_bias = _flat(grad).sum(0).to(ctx.bias_dtype)
+        return grad_h, grad_weight, grad_bias, None
+
+
+class NormalizedGram(torch.autograd.Function):
+    """``F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)`` keeping ``q``, ``k`` and
+    their norms, not the normalised copies. In XCA ``q`` and ``k`` are views of the qkv projection's
+    output (kept for the attention's other uses), so this saves two tensors of the embedding's size
+    per block; the normalised copies are recomputed in the backward."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
+        q_norm, k_norm = q.norm(dim=-1, keepdim=True), k.norm(dim=-1, keepdim=True)
+        ctx.save_for_backward(q, k, q_norm, k_norm)
+        ctx.eps = eps
+        return (q / q_norm.clamp_min(eps)) @ (k / k_norm.clamp_min(eps)).transpose(-2, -1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        q, k, q_norm, k_norm = ctx.saved_tensors
+        q_unit, k_unit = q / q_norm.clamp_min(ctx.eps), k / k_norm.clamp_min(ctx.eps)
+        grad_q = grad_k = None
+        if ctx.needs_input_grad[0]:
+            grad_q = _normalize_backward(grad @ k_unit.to(grad.dtype), q_unit, q_norm, ctx.eps).to(q.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_k = _normalize_backward(grad.transpose(-2, -1) @ q_unit.to(grad.dtype), k_unit, k_norm,
+                                         ctx.eps).to(k.dtype)
+        return grad_q, grad_k, None
+
+
+def _normalize_backward(grad_unit: torch.Tensor, unit: torch.Tensor, norm: torch.Tensor,
+                        eps: float) -> torch.Tensor:
+    """The gradient through ``unit = x / max(|x|, eps)``: the part of ``grad_unit`` orthogonal to
+    ``unit`` over ``|x|``, or ``grad_unit / eps`` where the norm was clamped (``unit`` linear in x)."""
+    grad_unit = grad_unit.to(unit.dtype)
+    radial = unit * (unit * grad_unit).sum(-1, keepdim=True)
+    return torch.where(norm >= eps, (grad_unit - radial) / norm.clamp_min(eps), grad_unit / eps)
+
+
+def wants_saving_functions(x: torch.Tensor) -> bool:
+    """Whether a layer should use these functions on ``x``: autograd records it and no tracer
+    (``torch.jit`` for FLOP counting and ONNX) needs to see the plain operators."""
+    return torch.is_grad_enabled() and x.requires_grad and not torch.jit.is_tracing()

@@ -8,9 +8,9 @@ torch) and print it; install the bundle's wheels (tools/gpu_bundle.py: the stack
 with --no-deps into a --target folder put on PYTHONPATH beside the machine's torch, with the
 toolkit's ``xcit_mmcv_ext.pth`` made effective there (``enable_pth_files``), the project from this
 working tree; nothing is compiled. Then tools/gpu_check.py, most valuable step first, each step
-under its budget (``--tiny``: none). OUT receives, rewritten after every phase, summary.json,
-check.log, gpu_check.json and gpu_check.md (four files, flat: what such a machine sends back is
-at most 8 files). Exits 1 when a phase or a step failed.
+under its budget (``--tiny``: none). OUT receives summary.json (rewritten after every phase),
+check.log, and gpu_check.json and gpu_check.md (rewritten after every step): four files, flat
+(what such a machine sends back is at most 8 files). Exits 1 when a phase or a step failed.
 """
 import argparse
 import json
@@ -27,7 +27,6 @@ from .bounded import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASE_LIMITS = dict(probe=30, install=120)  # seconds (the install includes its import check)
-CHECK_MARGIN_S = 20  # left after the check's step budgets, for its start and the copies
 
 
 class Summary:
@@ -106,8 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return args.deadline_s - (time.monotonic() - start)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    site, check_dir = args.work / 'site', args.work / 'check'
-    shutil.rmtree(check_dir, ignore_errors=True)
+    site = args.work / 'site'
     site.mkdir(parents=True, exist_ok=True)
     summary = Summary(args.out)
     env = dict(os.environ, PYTHONUNBUFFERED='1',
@@ -135,14 +133,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
 
     t = time.monotonic()
-    cmd = [sys.executable, str(ROOT / 'tools/gpu_check.py'), '--out-dir', str(check_dir), '--device', args.device]
+    # the check writes gpu_check.json and .md into OUT itself, after each step: a call cut short keeps them
+    cmd = [sys.executable, str(ROOT / 'tools/gpu_check.py'), '--out-dir', str(args.out), '--device', args.device]
     cmd += ['--tiny'] if args.tiny else ['--gpu-budgets']
     if args.steps:
         cmd += ['--steps', *args.steps]
-    check = run(cmd, left() - CHECK_MARGIN_S / 2, env, log=args.out / 'check.log')
-    for name in ('gpu_check.json', 'gpu_check.md'):
-        if (check_dir / name).is_file():
-            shutil.copy(check_dir / name, args.out / name)
+    check = run(cmd, left(), env, log=args.out / 'check.log')
     summary.add('check', seconds=round(time.monotonic() - t, 1), exit_status=check.returncode,
                 total_seconds=round(time.monotonic() - start, 1))
     return 0 if check.returncode == 0 else 1

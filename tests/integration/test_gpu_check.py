@@ -16,31 +16,33 @@ from helpers import ROOT, launch_env, spawned
 
 
 @pytest.mark.slow
-def test_every_step_runs_tiny_on_the_cpu_and_its_log_shows_what_it_must(tmp_path):
-    """The whole check as users run it, each step's result on disk when its log line comes."""
+def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_must(tmp_path):
+    """The whole check as users run it, each step's result on disk when its log line comes; the
+    compiled UperNet is left out here (inductor's C++ build of its kernels takes minutes on 2
+    cores): its judging is tested below, its run in the rehearsal (docs/dev/gpu-check-rehearsal.md)."""
+    steps = [step for step in check.STEPS if step != 'compile']
     on_disk = {}
-    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
+    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,
                   '--out-dir', str(tmp_path / 'out')], env=launch_env(), stdout=subprocess.PIPE,
                  stderr=open(tmp_path / 'stderr', 'w'), text=True) as proc:
         for line in proc.stdout:
             if line.startswith('[gpu_check] ') and ': ' in line:
-                steps = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']
-                on_disk[line.split()[1].rstrip(':')] = list(steps)
+                done = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']
+                on_disk[line.split()[1].rstrip(':')] = list(done)
         returncode = proc.wait(timeout=1200)
     data = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())
-    steps = data['steps']
-    assert list(steps) == list(check.STEPS), (tmp_path / 'stderr').read_text()[-3000:]
-    assert returncode == 0, {k: v['failed'] for k, v in steps.items()}
+    results = data['steps']
+    assert list(results) == steps, (tmp_path / 'stderr').read_text()[-3000:]
+    assert returncode == 0, {k: v['failed'] for k, v in results.items()}
     assert on_disk['det_fp16'] == ['ops', 'det_fp16']  # written before the next step ran
-    assert steps['ops']['all_ok'] and len(steps['ops']['rows']) == 19
-    fp16, resumed, stock = steps['det_fp16'], steps['det_resume'], steps['stock_resume']
+    assert results['ops']['all_ok'] and len(results['ops']['rows']) == 19
+    fp16, resumed, stock = results['det_fp16'], results['det_resume'], results['stock_resume']
     assert fp16['backend'] == 'gloo' and fp16['optim_wrapper'] == 'GuardedOptimWrapper'  # fp32 on a CPU
     assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
     assert resumed['rng_restored'] and resumed['resumed'] == [1, 2] and resumed['epochs_trained'] == [2]
     assert stock['backend'] == 'none' and stock['resumed'] == [2, 4] and stock['epochs_trained'] == [3]
-    assert steps['det_bf16']['optim_wrapper'] == 'GuardedOptimWrapper'
-    assert max(steps['channels_last']['relative'].values()) < toolkit_runs.CHANNELS_LAST_TOLERANCE
-    assert steps['compile']['compiled'] and steps['compile']['mIoU'] is not None
+    assert results['det_bf16']['optim_wrapper'] == 'GuardedOptimWrapper'
+    assert max(results['channels_last']['relative'].values()) < toolkit_runs.CHANNELS_LAST_TOLERANCE
     markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()
     assert '## det_resume' in markdown and '| mask targets (crop_and_resize) |' in markdown
 
@@ -78,13 +80,16 @@ def test_planted_faults_fail_their_steps_and_the_exit_status(tmp_path, monkeypat
     assert 'FAILED: no "RNG states restored' in (tmp_path / 'gpu_check.md').read_text()
 
 
-def test_a_log_with_a_non_finite_loss_or_without_its_metric_fails(tmp_path):
+def test_a_log_with_a_non_finite_loss_without_its_metric_or_compiling_nothing_fails(tmp_path):
     output = ('process group: gloo, 1 processes\n'
+              'XCiT: torch.compile failed, running eagerly (BackendCompilerFailed: no compiler)\n'
               'Epoch(train) [1][1/2]  lr: 1e-4  loss: 2.5000  loss_cls: 1.1000\n'
               'Epoch(train) [1][2/2]  lr: 1e-4  loss: nan  loss_cls: nan\n')
     result = toolkit_runs.judge(toolkit_runs.Run(0, output, tmp_path), toolkit_runs.Expect(
-        backend='gloo', metric='coco/bbox_mAP', first_epoch=1))
-    assert result['failed_checks'] == ['non-finite losses: [nan]', 'no metric line with coco/bbox_mAP']
+        backend='gloo', metric='coco/bbox_mAP', first_epoch=1, compiled=True))
+    assert result['failed_checks'] == [
+        'non-finite losses: [nan]', 'no metric line with coco/bbox_mAP',
+        'XCiT: torch.compile failed, running eagerly']
     assert result['first'] == dict(loss=2.5, loss_cls=1.1)
 
 

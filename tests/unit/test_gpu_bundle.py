@@ -78,8 +78,8 @@ def test_a_target_folder_runs_its_pth_files_as_site_packages_would(tmp_path):
 
 
 def test_the_call_fits_its_deadline():
-    """The GPU budgets of every step, the probe and the install within 8 minutes, 5 for the steps."""
+    """The GPU budgets of every step within 5 minutes; with the probe, the install and 20 s for the
+    check's own start, within the device script's default deadline of 8 minutes."""
     assert set(check.GPU_BUDGETS) == set(check.STEPS)
     assert sum(check.GPU_BUDGETS.values()) <= 5 * 60
-    assert (sum(device_check.PHASE_LIMITS.values()) + sum(check.GPU_BUDGETS.values())
-            + device_check.CHECK_MARGIN_S <= 8 * 60)
+    assert sum(device_check.PHASE_LIMITS.values()) + sum(check.GPU_BUDGETS.values()) + 20 <= 8 * 60

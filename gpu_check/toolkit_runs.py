@@ -16,7 +16,8 @@ import os
 import re
 import socket
 import sys
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -67,10 +68,10 @@ class Expect:
     first_epoch: Optional[int] = None  # the first epoch this run trains
     syncbn_kept: Optional[bool] = None
     compiled: bool = False
-    extra: List[str] = field(default_factory=list)
 
 
 def free_port() -> int:
+    """A TCP port free on this host now (torchrun's rendezvous of each run)."""
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
@@ -147,7 +148,6 @@ class Run:
 
 def run_command(cmd: List[str], work_dir: Path, timeout: float, cwd: Path) -> Run:
     """A run under ``timeout`` seconds (its process group killed past it), output captured."""
-    import time
     env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable, PYTHONUNBUFFERED='1')
     start = time.monotonic()
     proc = run_bounded(cmd, timeout=max(1.0, min(timeout, RUN_TIMEOUT_S)), env=env, cwd=cwd)
@@ -306,10 +306,11 @@ class TrainingSteps:
         args = ['--resume', '--cfg-options', 'train_cfg.max_epochs=3']
         if self.device == 'cuda':
             args.insert(0, '--amp')  # mmdet's flag: AmpOptimWrapper (it refuses a CPU)
+        last = 2 if (self.work / 'det' / 'epoch_2.pth').is_file() else 1  # det_resume ran, or not
         run = stock_train(self.det, self.work / 'det', args, timeout)
-        last = 2 if (self.work / 'det' / 'epoch_2.pth').is_file() else 1
-        return judge(run, Expect(backend='none', metric='coco/bbox_mAP', first_epoch=last + 1,
-                                 resumed=(last, last * self.iters_per_epoch)))
+        wrapper = 'AmpOptimWrapper' if self.device == 'cuda' else 'OptimWrapper'  # mmdet's own, no guard
+        return judge(run, Expect(backend='none', wrapper=wrapper, metric='coco/bbox_mAP', first_epoch=last + 1,
+                                 resumed=(last, last * self.iters_per_epoch)), self.det)
 
     def channels_last(self, timeout: float) -> dict:
         """The first iteration's losses and gradient norm with the backbone's channels_last on and off."""

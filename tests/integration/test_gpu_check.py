@@ -41,6 +41,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
     assert resumed['rng_restored'] and resumed['resumed'] == [1, 2] and resumed['epochs_trained'] == [2]
     assert stock['backend'] == 'none' and stock['resumed'] == [2, 4] and stock['epochs_trained'] == [3]
+    assert stock['optim_wrapper'] == 'OptimWrapper'  # mmdet's tool: no loss guard, no --amp on a CPU
     assert results['det_bf16']['optim_wrapper'] == 'GuardedOptimWrapper'
     assert max(results['channels_last']['relative'].values()) < toolkit_runs.CHANNELS_LAST_TOLERANCE
     markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()

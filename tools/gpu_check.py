@@ -8,13 +8,13 @@ Exits 1 when a step failed: it raised, was cut at its budget, or its log lacked 
   python tools/gpu_check.py --device cpu --tiny --out-dir /tmp/check      # every step, tiny, on a CPU
   python tools/gpu_check.py --out-dir DIR --steps ops det_fp16 --budget det_fp16=120
 
-The check is gpu_check/check.py in this checkout (not part of the installed package).
+The check is gpu_check/machine_check.py in this checkout (not part of the installed package).
 """
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's gpu_check/ (not installed)
-from gpu_check.check import main  # noqa: E402
+from gpu_check.machine_check import main  # noqa: E402
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_check import check, toolkit_runs
+from gpu_check import machine_check as check, toolkit_runs
 from gpu_check.bounded import run_bounded
 from helpers import ROOT, launch_env, spawned
 
@@ -153,7 +153,7 @@ def test_a_budget_cut_during_an_import_waits_for_the_import_to_end(tmp_path, mon
     import of it) and the cut comes right after."""
     (tmp_path / 'xcit_budget_probe.py').write_text(
         'import signal, sys\n'
-        'from gpu_check import check\n'
+        'from gpu_check import machine_check as check\n'
         'check._budget._expire(signal.SIGALRM, sys._getframe())  # the alarm, during this import\n'
         'WHOLE = True\n')
     monkeypatch.syspath_prepend(tmp_path)

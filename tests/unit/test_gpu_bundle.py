@@ -9,7 +9,8 @@ import zipfile
 from pathlib import Path
 
 from gpu_check import bundle as gpu_bundle
-from gpu_check import check, device_check
+from gpu_check import device_check
+from gpu_check import machine_check as check
 from helpers import ROOT
 
 

@@ -46,7 +46,6 @@ setup(
     long_description=(HERE / 'README.md').read_text(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['xcit_dense', 'xcit_dense.*', 'xcit_launch', 'xcit_mmcv_ext']),
-    package_data={'xcit_dense.acceptance': ['ops_goldens.pt']},  # compiled mmcv's outputs, for the GPU check
     python_requires='>=3.10',
     # mmcv is not required here: tools/install.sh installs mmcv-lite (mmcv._ext from xcit_mmcv_ext) or,
     # with XCIT_MMCV=compiled, mmcv built with its ops; two distributions of one folder, never both

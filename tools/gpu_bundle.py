@@ -1,5 +1,5 @@
 """Gather, here where the network is, what a lent GPU machine (no network) lacks for the GPU check
-(xcit_launch/gpu_bundle.py).
+(gpu_check/bundle.py).
 
   python tools/gpu_bundle.py                       # .gpu_bundle/ (git-ignored), for Python 3.12
   python tools/gpu_bundle.py --python-version 3.11 --out /tmp/bundle311   # a rehearsal on this Python
@@ -7,8 +7,8 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's xcit_launch, installed or not
-from xcit_launch.gpu_bundle import main  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's gpu_check/
+from gpu_check.bundle import main  # noqa: E402
 
 if __name__ == '__main__':
     main()

@@ -1,10 +1,12 @@
 """Write the golden outputs of compiled mmcv's NMS and RoIAlign that the GPU check compares with
-(xcit_dense/acceptance/ops_goldens.py), in an environment with compiled mmcv 2.1.0
+(gpu_check/ops_goldens.py), in an environment with compiled mmcv 2.1.0
 (XCIT_MMCV=compiled bash tools/install.sh)."""
 import argparse
+import sys
 from pathlib import Path
 
-from xcit_dense.acceptance import ops_goldens
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's gpu_check/ (not installed)
+from gpu_check import ops_goldens  # noqa: E402
 
 
 def main() -> None:

@@ -8,7 +8,5 @@ the install and a bare GPU machine can use them. ``tools/`` holds their command 
 ``netif``: the address and interface that reach the master; ``torchrun``: the torchrun wrapper
 (rendezvous address, one-line failure reports); ``preflight``: the config and data-file check
 before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
-architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
-``bounded``: subprocesses under a time limit; ``gpu_bundle`` and ``device_check``: the GPU check
-on a lent machine without network (docs/gpu-check.md).
+architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build.
 """

@@ -1,5 +1,6 @@
-"""tools/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, failures
-counted from the results, budgets that cut a step, and subprocesses that never outlive it."""
+"""tools/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, each training
+step failing on what its log lacks (planted faults in real runs), budgets that cut a step, and
+subprocesses that never outlive it."""
 import json
 import subprocess
 import sys
@@ -9,44 +10,42 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpu_check import machine_check as check, toolkit_runs
+from gpu_check.bounded import run_bounded
 from helpers import ROOT, launch_env, spawned
-from xcit_dense.acceptance import gpu_check
 
 
-@pytest.mark.slow  # the whole check: the slow stage
-def test_every_step_runs_tiny_on_the_cpu_and_the_benchmark_writes_after_each_backbone(tmp_path):
-    """The whole check; the benchmark step's results are on disk after each backbone, read at its log line."""
-    benchmark_on_disk = []
-    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny',
+@pytest.mark.slow
+def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_must(tmp_path):
+    """The whole check as users run it, each step's result on disk when its log line comes; the
+    compiled UperNet is left out here (inductor's C++ build of its kernels takes minutes on 2
+    cores): its judging is tested below, its run in the rehearsal (docs/dev/gpu-check-rehearsal.md)."""
+    steps = [step for step in check.STEPS if step != 'compile']
+    on_disk = {}
+    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,
                   '--out-dir', str(tmp_path / 'out')], env=launch_env(), stdout=subprocess.PIPE,
                  stderr=open(tmp_path / 'stderr', 'w'), text=True) as proc:
         for line in proc.stdout:
-            if 'rows written' in line:
-                steps = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']
-                benchmark_on_disk.append(steps['benchmark'])
+            if line.startswith('[gpu_check] ') and ': ' in line:
+                done = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']
+                on_disk[line.split()[1].rstrip(':')] = list(done)
         returncode = proc.wait(timeout=1200)
-    stderr = (tmp_path / 'stderr').read_text()
     data = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())
-    steps = data['steps']
-    assert list(steps) == ['ops', 'det_train', 'seg_train', 'launch', 'compile', 'benchmark'], stderr[-3000:]
-    assert returncode == 0, {k: v['failed'] for k, v in steps.items()}
-    assert not any(v['failed'] for v in steps.values())
-    assert steps['ops']['all_ok'] and len(steps['ops']['rows']) == 19
-    det = {row['precision']: row for row in steps['det_train']['rows']}
-    assert torch.isfinite(torch.tensor(det['fp32']['loss'])) and 'loss_mask' in det['fp32']['losses']
-    assert det['fp16']['skipped'].startswith('not run') and torch.isfinite(torch.tensor(det['bf16']['loss']))
-    seg = {row['precision']: row for row in steps['seg_train']['rows']}
-    assert seg['bf16']['loss_rel_to_fp32'] < 0.01  # the target for fp16/bf16 on a GPU
-    assert {row['status'] for row in steps['benchmark']['rows']} == {'ok'} and 'partial' not in steps['benchmark']
-    first, second = gpu_check.benchmark_plan(True)[0]
-    assert [[row['model'] for row in step['rows']] for step in benchmark_on_disk] == [[first], [first, second]]
-    assert benchmark_on_disk[0]['partial']  # (the last one may already be the final result, written right after)
-    assert steps['compile']['max_abs_diff'] < 1e-4
-    launch = steps['launch']
-    assert launch['exit_status'] == 0 and launch['backend'] == launch['expected_backend'] == 'gloo'
-    assert 'world size 1' in launch['plan']
+    results = data['steps']
+    assert list(results) == steps, (tmp_path / 'stderr').read_text()[-3000:]
+    assert returncode == 0, {k: v['failed'] for k, v in results.items()}
+    assert on_disk['det_fp16'] == ['ops', 'det_fp16']  # written before the next step ran
+    assert results['ops']['all_ok'] and len(results['ops']['rows']) == 19
+    fp16, resumed, stock = results['det_fp16'], results['det_resume'], results['stock_resume']
+    assert fp16['backend'] == 'gloo' and fp16['optim_wrapper'] == 'GuardedOptimWrapper'  # fp32 on a CPU
+    assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
+    assert resumed['rng_restored'] and resumed['resumed'] == [1, 2] and resumed['epochs_trained'] == [2]
+    assert stock['backend'] == 'none' and stock['resumed'] == [2, 4] and stock['epochs_trained'] == [3]
+    assert stock['optim_wrapper'] == 'OptimWrapper'  # mmdet's tool: no loss guard, no --amp on a CPU
+    assert results['det_bf16']['optim_wrapper'] == 'GuardedOptimWrapper'
+    assert max(results['channels_last']['relative'].values()) < toolkit_runs.CHANNELS_LAST_TOLERANCE
     markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()
-    assert '## ops' in markdown and '| mask targets (crop_and_resize) |' in markdown
+    assert '## det_resume' in markdown and '| mask targets (crop_and_resize) |' in markdown
 
 
 def test_a_failing_step_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
@@ -56,16 +55,43 @@ def test_a_failing_step_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
         written.append(json.loads((tmp_path / 'gpu_check.json').read_text())['steps'])
         raise RuntimeError('no kernel image is available')
 
-    monkeypatch.setattr(gpu_check, 'check_ops', broken)
-    monkeypatch.setattr(gpu_check, 'compile_backbone', lambda device, tiny, repeats: dict(speedup=1.0))
-    data = gpu_check.run_check(torch.device('cpu'), True, tmp_path, ['compile', 'ops', 'compile'],
-                               log=lambda line: None)
-    assert [list(steps) for steps in written] == [['compile']]  # on disk before the next step ran
+    monkeypatch.setattr(check, 'check_ops', broken)
+    data = check.run_check(torch.device('cpu'), True, tmp_path, ['det_resume', 'ops'], log=lambda line: None)
+    assert [list(steps) for steps in written] == [['det_resume']]  # on disk before the next step ran
+    assert data['steps']['det_resume']['failed'] == ["no checkpoint of det_fp16's run to resume (epoch_1.pth)"]
     assert data['steps']['ops']['error'] == 'RuntimeError: no kernel image is available'
-    assert data['steps']['compile']['speedup'] == 1.0
     on_disk = json.loads((tmp_path / 'gpu_check.json').read_text())
     assert on_disk['steps']['ops']['error'] == data['steps']['ops']['error']
     assert 'error: RuntimeError: no kernel image' in (tmp_path / 'gpu_check.md').read_text()
+
+
+def test_planted_faults_fail_their_steps_and_the_exit_status(tmp_path, monkeypatch):
+    """Real runs of a config whose loss guard and RNG-state hook are switched off: the first run
+    builds a plain OptimWrapper, the resumed one restores no RNG state; both steps fail, naming it."""
+    lines = toolkit_runs.det_config_lines
+    monkeypatch.setattr(toolkit_runs, 'det_config_lines', lambda work, sizes: lines(work, sizes) + [
+        'default_hooks.update(nonfinite_loss=None, rng_state=None)'])
+    status = check.main(['--device', 'cpu', '--tiny', '--steps', 'det_fp16', 'det_resume',
+                         '--out-dir', str(tmp_path)])
+    steps = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']
+    wrong = 'optimizer wrapper OptimWrapper, GuardedOptimWrapper expected'
+    assert status == 1 and steps['det_fp16']['failed'] == [wrong], steps['det_fp16'].get('output_tail')
+    assert steps['det_resume']['failed'] == [wrong, 'no "RNG states restored from the checkpoint" line']
+    assert steps['det_resume']['resumed'] == [1, 2]  # the rest of what it must show is there
+    assert 'FAILED: no "RNG states restored' in (tmp_path / 'gpu_check.md').read_text()
+
+
+def test_a_log_with_a_non_finite_loss_without_its_metric_or_compiling_nothing_fails(tmp_path):
+    output = ('process group: gloo, 1 processes\n'
+              'XCiT: torch.compile failed, running eagerly (BackendCompilerFailed: no compiler)\n'
+              'Epoch(train) [1][1/2]  lr: 1e-4  loss: 2.5000  loss_cls: 1.1000\n'
+              'Epoch(train) [1][2/2]  lr: 1e-4  loss: nan  loss_cls: nan\n')
+    result = toolkit_runs.judge(toolkit_runs.Run(0, output, tmp_path), toolkit_runs.Expect(
+        backend='gloo', metric='coco/bbox_mAP', first_epoch=1, compiled=True))
+    assert result['failed_checks'] == [
+        'non-finite losses: [nan]', 'no metric line with coco/bbox_mAP',
+        'XCiT: torch.compile failed, running eagerly']
+    assert result['first'] == dict(loss=2.5, loss_cls=1.1)
 
 
 def _shifted_roi_align(monkeypatch) -> None:
@@ -77,7 +103,7 @@ def _shifted_roi_align(monkeypatch) -> None:
 
 def test_ops_disagreeing_beyond_the_tolerance_are_flagged(monkeypatch):
     _shifted_roi_align(monkeypatch)
-    result = gpu_check.check_ops(torch.device('cpu'))
+    result = check.check_ops(torch.device('cpu'))
     flagged = {row['op'] for row in result['rows'] if not row['ok']}
     assert not result['all_ok'] and {'roi_align aligned=True sampling=0', 'roi_align aligned=False sampling=2',
                                      'roi_align from channels_last features'} <= flagged
@@ -87,7 +113,7 @@ def test_ops_disagreeing_beyond_the_tolerance_are_flagged(monkeypatch):
 def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatch):
     """The installed kernels shifted by 1e-3 against the goldens: the check exits 1, naming the ops."""
     _shifted_roi_align(monkeypatch)
-    status = gpu_check.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
+    status = check.main(['--device', 'cpu', '--tiny', '--steps', 'ops', '--out-dir', str(tmp_path)])
     ops = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['ops']
     assert status == 1 and ops['all_ok'] is False
     assert any(reason.startswith('roi_align aligned=True sampling=0: max relative difference')
@@ -95,45 +121,30 @@ def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatc
     assert 'FAILED: roi_align aligned=False sampling=0' in (tmp_path / 'gpu_check.md').read_text()
 
 
-LAUNCH_OK = dict(exit_status=0, plan='Run plan: world size 1, backend gloo', backend='gloo', syncbn_kept=True,
-                 expected_backend='gloo')
-
-
 @pytest.mark.parametrize('step, result, reason', [
-    ('launch', dict(LAUNCH_OK, exit_status=1), 'the launched run exited 1'),
-    ('launch', dict(LAUNCH_OK, exit_status='timeout'), 'the launched run exited timeout'),
-    ('launch', dict(LAUNCH_OK, backend='gloo', expected_backend='nccl'), 'backend gloo, nccl expected'),
-    ('launch', dict(LAUNCH_OK, plan=None, backend=None), 'backend None, gloo expected'),
-    ('det_train', dict(rows=[dict(model='Mask R-CNN', precision='fp32', loss=1.0),
-                             dict(model='Mask R-CNN', precision='bf16', error='not supported')]),
-     'Mask R-CNN bf16: not supported'),
-    ('benchmark', dict(rows=[dict(model='swin_t', resolution='512', mode='infer', status='error',
-                                  note='exit 1: CUDA error')]), 'swin_t 512 infer: exit 1: CUDA error'),
+    ('det_fp16', dict(failed_checks=['exited 1']), 'exited 1'),
     ('ops', dict(rows=[], all_ok=False), 'all_ok is False'),
     ('compile', dict(error='cut: over its budget of 5 s', cut=True), 'error: cut: over its budget of 5 s'),
 ])
 def test_results_that_say_a_step_failed_fail_it_and_the_exit_status(step, result, reason):
-    assert reason in gpu_check.step_failures(step, result)
+    assert reason in check.step_failures(step, result)
     data = dict(steps={'ops': dict(rows=[], all_ok=True, failed=[]),
-                       step: dict(result, failed=gpu_check.step_failures(step, result))})
-    assert step in gpu_check.failed_steps(data)
+                       step: dict(result, failed=check.step_failures(step, result))})
+    assert step in check.failed_steps(data)
 
 
 def test_results_of_passing_steps_fail_nothing():
-    assert gpu_check.step_failures('launch', LAUNCH_OK) == []
-    assert gpu_check.step_failures('benchmark', dict(rows=[dict(model='r50', status='ok'),
-                                                           dict(model='r50', status='skipped')])) == []
-    assert gpu_check.step_failures('ops', dict(rows=[dict(op='nms', ok=True)], all_ok=True)) == []
+    assert check.step_failures('det_fp16', dict(failed_checks=[], exit_status=0)) == []
+    assert check.step_failures('ops', dict(rows=[dict(op='nms', ok=True)], all_ok=True)) == []
 
 
-def test_a_step_over_its_budget_is_cut_recorded_and_the_next_runs(tmp_path):
-    data = gpu_check.run_check(torch.device('cpu'), True, tmp_path, ['compile', 'ops'], log=lambda line: None,
-                               budgets={'compile': 0.3})
-    compiled = data['steps']['compile']
-    assert compiled['cut'] and compiled['error'] == 'cut: over its budget of 0.3 s'
-    assert compiled['seconds'] < 3 and compiled['failed']
-    assert data['steps']['ops']['failed'] == [] and gpu_check.failed_steps(data) == ['compile']
-    assert json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['compile']['cut']
+def test_a_step_over_its_budget_is_cut_and_the_next_runs(tmp_path):
+    data = check.run_check(torch.device('cpu'), True, tmp_path, ['det_fp16', 'ops'], log=lambda line: None,
+                           budgets={'det_fp16': 3})
+    cut = data['steps']['det_fp16']
+    assert cut['error'] == 'cut: over its budget of 3 s' or cut['exit_status'] == 'timeout', cut
+    assert cut['seconds'] < 15 and cut['failed']
+    assert data['steps']['ops']['failed'] == [] and check.failed_steps(data) == ['det_fp16']
 
 
 def test_a_budget_cut_during_an_import_waits_for_the_import_to_end(tmp_path, monkeypatch):
@@ -142,13 +153,13 @@ def test_a_budget_cut_during_an_import_waits_for_the_import_to_end(tmp_path, mon
     import of it) and the cut comes right after."""
     (tmp_path / 'xcit_budget_probe.py').write_text(
         'import signal, sys\n'
-        'from xcit_dense.acceptance import gpu_check\n'
-        'gpu_check._budget._expire(signal.SIGALRM, sys._getframe())  # the alarm, during this import\n'
+        'from gpu_check import machine_check as check\n'
+        'check._budget._expire(signal.SIGALRM, sys._getframe())  # the alarm, during this import\n'
         'WHOLE = True\n')
     monkeypatch.syspath_prepend(tmp_path)
     try:
-        with pytest.raises(gpu_check.StepBudgetExceeded):
-            with gpu_check._budget(600):
+        with pytest.raises(check.StepBudgetExceeded):
+            with check._budget(600):
                 import xcit_budget_probe  # noqa: F401
                 time.sleep(60)  # the deferred cut ends this at once
         assert sys.modules['xcit_budget_probe'].WHOLE
@@ -170,13 +181,13 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_subprocess_past_its_timeout_is_killed_with_its_children(tmp_path):
-    proc = gpu_check.run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=1)
+    proc = run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=1)
     assert proc.returncode == 'timeout' and 'killed after 1 s' in proc.stderr
     assert _gone(int((tmp_path / 'pid').read_text()))
 
 
 def test_a_budget_cut_kills_the_running_subprocess_and_its_children(tmp_path):
-    with pytest.raises(gpu_check.StepBudgetExceeded):
-        with gpu_check._budget(1):
-            gpu_check.run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
+    with pytest.raises(check.StepBudgetExceeded):
+        with check._budget(1):
+            run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
     assert _gone(int((tmp_path / 'pid').read_text()))

@@ -1,12 +1,17 @@
-"""tools/gpu_bundle.py and tools/gpu_device_check.py (xcit_launch.gpu_bundle, xcit_launch.device_check)
-without network: the requirement check of a bundle, its pins against the stack's, and the device
-script's step plan against the check's."""
+"""tools/gpu_bundle.py and tools/gpu_device_check.py (gpu_check.bundle, gpu_check.device_check)
+without network: the requirement check of a bundle, its pins against the stack's, the .pth files
+of a --target install, and the call's time plan."""
+import json
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
+from gpu_check import bundle as gpu_bundle
+from gpu_check import device_check
+from gpu_check import machine_check as check
 from helpers import ROOT
-from xcit_dense.acceptance import gpu_check
-from xcit_launch import device_check, gpu_bundle
 
 
 def fake_wheel(folder: Path, name: str, version: str, requires: list) -> Path:
@@ -42,16 +47,40 @@ def _pins(path: Path) -> dict:
     return dict(line.split('==') for line in lines if '==' in line)
 
 
-def test_the_bundle_pins_the_stacks_versions():
+def test_the_bundle_pins_the_stacks_versions_and_mmcv_lite():
     bundle, runtime = _pins(gpu_bundle.REQUIREMENTS), _pins(ROOT / 'requirements' / 'runtime.txt')
     shared = set(bundle) & set(runtime)
     assert {'mmengine', 'mmdet', 'mmsegmentation', 'pycocotools'} <= shared
     assert {name: bundle[name] for name in shared} == {name: runtime[name] for name in shared}
+    assert bundle['mmcv-lite'] == _pins(ROOT / 'requirements' / 'mmcv.txt')['mmcv'] and 'mmcv' not in bundle
     assert not set(bundle) & gpu_bundle.MACHINE_HAS
 
 
-def test_the_device_script_runs_the_checks_steps_in_its_order():
-    assert device_check.STEPS == gpu_check.STEPS
-    assert device_check.NEEDS_NO_COMPILED_OP == gpu_check.NEEDS_NO_COMPILED_OP
-    # the whole call in 8 minutes: 30 s for the probe and the install, then the subset build and the steps
-    assert 30 + device_check.PHASE_LIMITS['build_subset'] + sum(device_check.GPU_BUDGETS.values()) <= 8 * 60
+def _finder_installed(python: str, path: list) -> bool:
+    """Whether a fresh interpreter with ``path`` as PYTHONPATH has xcit_mmcv_ext's finder at start."""
+    code = "import json, sys; print(json.dumps([type(f).__name__ for f in sys.meta_path]))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, path)))
+    proc = subprocess.run([python, '-c', code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return 'MmcvExtFinder' in json.loads(proc.stdout)
+
+
+def test_a_target_folder_runs_its_pth_files_as_site_packages_would(tmp_path):
+    """The base interpreter (no toolkit installed, as on the lent machine) with the --target folder
+    and the checkout on PYTHONPATH: the finder is there only with the folder's sitecustomize."""
+    python = getattr(sys, '_base_executable', sys.executable)
+    site = tmp_path / 'site'
+    site.mkdir()
+    assert not _finder_installed(python, [site, ROOT])
+    device_check.enable_pth_files(site)
+    assert _finder_installed(python, [site, ROOT])
+    (site / 'sitecustomize.py').unlink()  # the .pth file alone is never read from a path entry
+    assert not _finder_installed(python, [site, ROOT])
+
+
+def test_the_call_fits_its_deadline():
+    """The GPU budgets of every step within 5 minutes; with the probe, the install and 20 s for the
+    check's own start, within the device script's default deadline of 8 minutes."""
+    assert set(check.GPU_BUDGETS) == set(check.STEPS)
+    assert sum(check.GPU_BUDGETS.values()) <= 5 * 60
+    assert sum(device_check.PHASE_LIMITS.values()) + sum(check.GPU_BUDGETS.values()) + 20 <= 8 * 60

@@ -3,7 +3,7 @@ from collections import defaultdict
 
 from helpers import ROOT
 
-PACKAGES = ('xcit_dense', 'xcit_launch')
+PACKAGES = ('xcit_dense', 'xcit_launch', 'gpu_check')
 
 
 def test_no_two_modules_share_a_name():

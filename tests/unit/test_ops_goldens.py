@@ -1,9 +1,9 @@
-"""The golden outputs of compiled mmcv's ops (xcit_dense/acceptance/ops_goldens.py): the shipped file
+"""The golden outputs of compiled mmcv's ops (gpu_check/ops_goldens.py): the shipped file
 against the installed ops on this CPU, the maker and the comparison, and planted mismatches."""
 import pytest
 import torch
 
-from xcit_dense.acceptance import ops_goldens
+from gpu_check import ops_goldens
 
 # compiled mmcv's CPU RoIAlign reads a channels_last map as if it were contiguous (data_ptr): known,
 # and exactly what the goldens are there to catch on a GPU

@@ -3,12 +3,12 @@
   python tools/gpu_bundle.py                       # .gpu_bundle/ (git-ignored), for Python 3.12
   python tools/gpu_bundle.py --python-version 3.11 --out /tmp/bundle311   # a rehearsal on this Python
 
-Into OUT: wheels/ holds the wheels of requirements/gpu_bundle.txt for that Python (installed there
-with --no-deps: mmcv and mmengine ask for opencv-python, the machine has opencv-python-headless),
-src/ mmcv's source archive (compiled there with the machine's nvcc), manifest.json their sizes and
-hashes. It then checks that every requirement of a bundled wheel is bundled at a fitting version
-or among what the machine has (MACHINE_HAS), and that pip resolves the bundle offline for that
-Python, as the machine's install will. Exits 1, naming them, when either check fails.
+Into OUT: wheels/ holds the wheels of requirements/gpu_bundle.txt for that Python (the stack with
+mmcv-lite, whose mmcv._ext the toolkit's xcit_mmcv_ext serves: nothing is compiled there; installed
+there with --no-deps: mmcv and mmengine ask for opencv-python, the machine has
+opencv-python-headless), manifest.json their sizes and hashes. It then checks that every
+requirement of a bundled wheel is bundled at a fitting version or among what the machine has
+(MACHINE_HAS), and that pip resolves the bundle offline for that Python, as the machine's install will. Exits 1, naming them, when either check fails.
 """
 import argparse
 import hashlib
@@ -23,11 +23,8 @@ from typing import List, Optional
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from .mmcv_build import fetch_sdist
-
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / 'requirements' / 'gpu_bundle.txt'
-MMCV_VERSION = (ROOT / 'requirements' / 'mmcv.txt').read_text().split('mmcv==')[1].split()[0]
 # What the lent machine's image holds that the bundled packages require (its python3 has them:
 # /work/.library/device/KINDS.md lists them); opencv-python-headless stands for opencv-python.
 MACHINE_HAS = frozenset({'numpy', 'matplotlib', 'scipy', 'pyyaml', 'rich', 'tqdm', 'six', 'packaging',
@@ -87,7 +84,7 @@ def write_manifest(out: Path, python_version: str) -> dict:
     files = sorted(p for p in out.rglob('*') if p.is_file() and p.name != 'manifest.json')
     entries = {str(p.relative_to(out)): dict(bytes=p.stat().st_size,
                                              sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p in files}
-    manifest = dict(python_version=python_version, mmcv=MMCV_VERSION, files=entries,
+    manifest = dict(python_version=python_version, files=entries,
                     total_bytes=sum(e['bytes'] for e in entries.values()))
     (out / 'manifest.json').write_text(json.dumps(manifest, indent=1))
     return manifest
@@ -99,15 +96,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument('--out', type=Path, default=ROOT / '.gpu_bundle')
     parser.add_argument('--python-version', default='3.12', help="the GPU machine's Python (default 3.12)")
     args = parser.parse_args(argv)
-    wheel_dir, src_dir = args.out / 'wheels', args.out / 'src'
+    wheel_dir = args.out / 'wheels'
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    src_dir.mkdir(exist_ok=True)
     download_wheels(wheel_dir, args.python_version)
-    if not (src_dir / f'mmcv-{MMCV_VERSION}.tar.gz').is_file():
-        fetch_sdist(MMCV_VERSION, src_dir)
     wheels = sorted(wheel_dir.glob('*.whl'))
     manifest = write_manifest(args.out, args.python_version)
-    print(f'[gpu_bundle] {len(wheels)} wheels and mmcv {MMCV_VERSION} source in {args.out}: '
+    print(f'[gpu_bundle] {len(wheels)} wheels in {args.out}: '
           f'{manifest["total_bytes"] / 2 ** 20:.1f} MiB')
     problems = unmet_requirements(wheels, args.python_version)
     proc = offline_resolution(wheel_dir, args.python_version)

@@ -1,0 +1,6 @@
+"""``python -m gpu_check``: the check (tools/gpu_check.py)."""
+import sys
+
+from gpu_check.machine_check import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The prepared GPU check of a machine (``tools/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
+exit status 1 when a step failed.
+
+The steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
+as it ends (a check cut short keeps what it measured): ``ops``, the installed mmcv ops against the
+golden outputs of compiled mmcv 2.1.0 (``ops_goldens.py``); then the toolkit's own commands on a
+generated data set, each judged by what its log must show (``toolkit_runs.py``): ``det_fp16``
+(``tools/dist_train.sh``, Mask R-CNN, one process, SyncBN, ``--amp fp16 --accumulation 2``, an
+epoch validated), ``det_resume`` (its ``--resume``), ``det_bf16``, ``stock_resume`` (mmdet's own
+``tools/train.py --resume`` on that work dir), ``channels_last`` (the backbone's option on and off
+giving the same first losses) and ``compile`` (the UperNet demo with the backbone compiled in
+training). Each step may have a time budget, past which it is cut and recorded as such. A step
+fails when it raises and when its results say so (see ``step_failures``). ``tiny=True`` runs every
+step at tiny sizes, on a CPU too.
+"""
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from . import ops_goldens
+from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TRAIN_STEPS, TrainingSteps
+
+STEPS = ('ops',) + TRAIN_STEPS  # most valuable first
+# Seconds per step on the lent GPU machine (16 cores, an H200), 300 in all; how they were sized:
+# docs/dev/gpu-check-rehearsal.md
+GPU_BUDGETS = dict(ops=10, det_fp16=40, det_resume=40, det_bf16=40, stock_resume=30, channels_last=60,
+                   compile=80)
+
+
+class StepBudgetExceeded(BaseException):
+    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it)."""
+
+
+class Report:
+    """The check's results, rewritten to disk after every step."""
+
+    def __init__(self, out_dir: Path, header: dict):
+        self.out_dir = out_dir
+        self.data = dict(header=header, steps={})
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def add(self, step: str, result: dict) -> None:
+        """Record one step's result and write both files at once (atomically)."""
+        self.data['steps'][step] = result
+        for name, text in (('gpu_check.json', json.dumps(self.data, indent=2, default=float)),
+                           ('gpu_check.md', self.markdown())):
+            tmp = self.out_dir / f'.{name}.tmp'
+            tmp.write_text(text)
+            os.replace(tmp, self.out_dir / name)
+
+    def markdown(self) -> str:
+        """The results as markdown tables, one section per step."""
+        head = self.data['header']
+        lines = [f"# GPU check: {head['device_name']}", '',
+                 f"torch {head['torch']}, CUDA {head['cuda']}, mmcv {head['mmcv']}, tiny: {head['tiny']}", '']
+        for step, result in self.data['steps'].items():
+            lines += [f'## {step}', '']
+            if result.get('failed'):
+                lines += [f'FAILED: {reason}' for reason in result['failed']] + ['']
+            if 'error' in result:
+                lines += [f"error: {result['error']}", '']
+                continue
+            rows = result.get('rows', [])
+            if rows:
+                keys = list(dict.fromkeys(k for row in rows for k in row))
+                lines += ['| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys)]
+                lines += ['| ' + ' | '.join(_fmt(row.get(k)) for k in keys) + ' |' for row in rows]
+                lines.append('')
+            lines += [f'- {k}: {_fmt(v)}' for k, v in result.items() if k not in ('rows', 'failed')] + ['']
+        return '\n'.join(lines)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f'{value:.4g}'
+    return '' if value is None else str(value)
+
+
+def header(device: torch.device, tiny: bool) -> dict:
+    """What the check ran on (mmcv None where it is not installed: only steps without it can run)."""
+    try:
+        import mmcv
+        mmcv_version = mmcv.__version__
+        ext = 'compiled' if ops_goldens.compiled_mmcv() else "xcit_mmcv_ext (torchvision's kernels)"
+    except ImportError:
+        mmcv_version = ext = None
+    cuda = device.type == 'cuda'
+    return dict(device=str(device), tiny=tiny, torch=torch.__version__, cuda=torch.version.cuda,
+                mmcv=mmcv_version, mmcv_ext=ext,
+                device_name=torch.cuda.get_device_name(device) if cuda else 'CPU',
+                capability='%d.%d' % torch.cuda.get_device_capability(device) if cuda else None,
+                time=time.strftime('%Y-%m-%d %H:%M:%S'))
+
+
+# the steps ---------------------------------------------------------------------------------
+
+def check_ops(device: torch.device) -> dict:
+    """The installed mmcv ops on ``device`` against compiled mmcv 2.1.0's golden outputs (ops_goldens.py)."""
+    return ops_goldens.compare(ops_goldens.load_goldens(), device)
+
+
+# the whole check ------------------------------------------------------------------------------
+
+def step_failures(step: str, result: dict) -> List[str]:
+    """Why a step's results say it failed (empty: it passed): an exception or a cut, ops that
+    disagree with the goldens, or what a training step's log did not show (``failed_checks``)."""
+    reasons = [f"error: {result['error']}"] if 'error' in result else []
+    if step == 'ops' and 'rows' in result:
+        reasons += [f'{failure} (against the goldens)' for failure in ops_goldens.failures(result)]
+    if step == 'ops' and result.get('all_ok') is False and not reasons:
+        reasons.append('all_ok is False')
+    reasons += result.get('failed_checks', [])
+    return reasons
+
+
+def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[List[str]] = None,
+              log: Callable[[str], None] = lambda line: print(line, flush=True),
+              budgets: Optional[Dict[str, float]] = None) -> dict:
+    """Run the chosen steps (all by default, in ``STEPS`` order), writing each result as soon as it
+    ends; a step over its budget (seconds, ``budgets``) is cut; a failing step is recorded with its
+    reasons (``failed``) and the next one runs. The training steps share a temporary work folder."""
+    report = Report(out_dir, header(device, tiny))
+    budgets = budgets or {}
+    with tempfile.TemporaryDirectory(prefix='gpu-check-') as tmp:
+        training = TrainingSteps(device.type, tiny, Path(tmp))
+        for step in steps or list(STEPS):
+            start, cpu_start = time.monotonic(), _cpu_seconds()
+            budget = budgets.get(step)
+            log(f'[gpu_check] {step} ...' + (f' (budget {budget:g} s)' if budget else ''))
+            try:
+                with _budget(budget):
+                    if step == 'ops':
+                        result = check_ops(device)
+                    else:
+                        result = training.run(step, budget or RUN_LIMIT_S)
+            except StepBudgetExceeded:
+                result = dict(error=f'cut: over its budget of {budget:g} s', cut=True)
+            except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
+                result = dict(error=f'{type(exc).__name__}: {exc}', traceback=traceback.format_exc(limit=5))
+            result['seconds'] = time.monotonic() - start
+            result['cpu_seconds'] = _cpu_seconds() - cpu_start
+            result['failed'] = step_failures(step, result)
+            report.add(step, result)
+            log(f"[gpu_check] {step}: {'FAILED: ' + '; '.join(result['failed']) if result['failed'] else 'passed'} "
+                f"({result['seconds']:.0f} s)")
+    return report.data
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of every process it started and waited for (the runs,
+    through their launchers): what scales with a machine's cores, unlike the wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def failed_steps(data: dict) -> List[str]:
+    """The steps of a check's results that failed."""
+    return [step for step, result in data['steps'].items() if result.get('failed')]
+
+
+class _budget:
+    """Raise StepBudgetExceeded in the main thread once ``seconds`` have passed (None: no limit).
+
+    A step stuck inside one long C call is interrupted when that call returns to Python; the
+    subprocesses of the steps have their own timeouts (run_bounded). A cut never lands inside an
+    import: it waits for the import to end, since a module cut half-way cannot be imported again
+    (torch's operators and mmengine's registries refuse a second registration of the same name)."""
+
+    def __init__(self, seconds: Optional[float]):
+        self.seconds = seconds
+
+    def __enter__(self) -> None:
+        if self.seconds:
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc) -> None:
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    @staticmethod
+    def _expire(signum, frame) -> None:
+        if _importing(frame):
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_RETRY_S)
+            return
+        raise StepBudgetExceeded()
+
+
+IMPORT_RETRY_S = 0.05  # how soon a cut that came during an import is tried again
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are among its callers)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith('<frozen importlib'):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def parse_budgets(items: List[str]) -> Dict[str, float]:
+    """--budget STEP=SECONDS ... as a dict; SystemExit naming a bad item."""
+    budgets = {}
+    for item in items:
+        step, _, seconds = item.partition('=')
+        try:
+            if step not in STEPS or float(seconds) <= 0:
+                raise ValueError
+        except ValueError:
+            sys.exit(f'error: --budget {item!r}: expected STEP=SECONDS with STEP one of {", ".join(STEPS)}')
+        budgets[step] = float(seconds)
+    return budgets
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """tools/gpu_check.py's command line: run the check; return its exit status (1 when a step failed)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out-dir', type=Path, required=True)
+    parser.add_argument('--device', default='cuda', help='cuda (default) or cpu')
+    parser.add_argument('--tiny', action='store_true', help='tiny models and sizes (for a CPU, or a quick look)')
+    parser.add_argument('--steps', nargs='+', choices=STEPS, help='only these steps (default: all)')
+    parser.add_argument('--budget', nargs='+', default=[], metavar='STEP=SECONDS',
+                        help='cut a step past this many seconds (it then fails)')
+    parser.add_argument('--gpu-budgets', action='store_true',
+                        help="every step's budget sized for the lent GPU machine (GPU_BUDGETS); --budget overrides")
+    args = parser.parse_args(argv)
+    budgets = dict(GPU_BUDGETS if args.gpu_budgets else {}, **parse_budgets(args.budget))
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        sys.exit('error: no CUDA device is visible: run on a GPU machine, or pass --device cpu --tiny')
+    data = run_check(device, args.tiny, args.out_dir, args.steps, budgets=budgets)
+    failed = failed_steps(data)
+    print(f'[gpu_check] results: {args.out_dir / "gpu_check.md"}')
+    if failed:
+        print(f'error: steps failed: {", ".join(failed)}', file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,343 @@
+"""The GPU check's training steps: the toolkit's own commands on a generated data set, each judged
+by what its log must show.
+
+Every step runs a command a user runs (``tools/dist_train.sh`` with one process, mmdet's own
+``tools/train.py``) in a subprocess under a time limit, and :func:`judge` reads its output: the
+exit status, the process group's backend (NCCL on a GPU, gloo on a CPU), the optimizer wrapper the
+run built (from the config the Runner dumped into its work dir), finite losses, the validation's
+metric line, and for a resumed run "RNG states restored" and the position it resumed at. The
+steps share one work folder: the resumed runs continue ``det_fp16``'s run.
+
+Mask R-CNN is the demo's XCiT-T12/16 (configs/demo) with the recipe's SyncBN put back; on a GPU at
+256x256 images, with ``tiny`` a 4-block, 64-channel backbone on 64x64 images (for a CPU).
+"""
+import math
+import os
+import re
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .bounded import run_bounded
+
+ROOT = Path(__file__).resolve().parents[1]
+DET_DEMO = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
+SEG_DEMO = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
+TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
+RUN_TIMEOUT_S = 900  # any one run without a step budget; below NCCL's 30-minute collective timeout
+CHANNELS_LAST_TOLERANCE = 1e-2  # relative, first iteration's loss and grad_norm (TF32 convolutions on a GPU)
+TRAIN_STEPS = ('det_fp16', 'det_resume', 'det_bf16', 'stock_resume', 'channels_last', 'compile')
+EXPECTED_WRAPPER = {  # --amp: the optimizer wrapper a run must build, on a GPU and on a CPU (fp32 there)
+    'fp16': dict(cuda='GuardedAmpOptimWrapper', cpu='GuardedOptimWrapper'),
+    'bf16': dict(cuda='GuardedBF16OptimWrapper', cpu='GuardedOptimWrapper'),
+    None: dict(cuda='GuardedOptimWrapper', cpu='GuardedOptimWrapper')}
+LOSS = re.compile(r'\bloss: (\S+)')
+# MMEngine's training line; its first numbers are [epoch][iter/iters] (epoch-based) or [iter/iters]
+TRAIN_LINE = re.compile(r'(?:Epoch|Iter)\(train\)\s*(?:\[(\d+)\])?\s*\[\s*(\d+)/\d+\][^\n]*')
+RESUMED = re.compile(r'resumed epoch: (\d+), iter: (\d+)')
+EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
+
+
+@dataclass
+class Sizes:
+    """How big the runs are: images, split sizes, the backbone (None: the config's)."""
+
+    image: int
+    train: int
+    val: int
+    seg_iters: int
+    backbone: Optional[dict] = None
+
+    @classmethod
+    def for_run(cls, tiny: bool) -> 'Sizes':
+        return cls(64, 4, 2, 2, TINY_BACKBONE) if tiny else cls(256, 16, 8, 20)
+
+
+@dataclass
+class Expect:
+    """What a run's output must show."""
+
+    backend: str
+    wrapper: Optional[str] = None
+    accumulation: Optional[int] = None
+    metric: Optional[str] = None
+    resumed: Optional[tuple] = None  # (epoch, iter) MMEngine says it resumed at
+    first_epoch: Optional[int] = None  # the first epoch this run trains
+    syncbn_kept: Optional[bool] = None
+    compiled: bool = False
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (torchrun's rendezvous of each run)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def write_data(work: Path, sizes: Sizes) -> None:
+    """The generated COCO-format and ADE20K-layout sets the runs read."""
+    from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
+    size = (sizes.image, sizes.image)
+    write_coco_set(work / 'coco', 'train', sizes.train, size=size, seed=0)
+    write_coco_set(work / 'coco', 'val', sizes.val, size=size, seed=1)
+    write_segmentation_set(work / 'ade', 'training', sizes.train, size=size, seed=2)
+    write_segmentation_set(work / 'ade', 'validation', sizes.val, size=size, seed=3)
+
+
+def det_config_lines(work: Path, sizes: Sizes) -> List[str]:
+    """A user's config over the Mask R-CNN demo: SyncBN as in the recipe, the generated set at this
+    image size, one epoch validated, a checkpoint each epoch, a log line each iteration."""
+    data = f"{work / 'coco'}/"
+    backbone = dict(sizes.backbone or {}, norm_cfg=dict(type='SyncBN', requires_grad=True))
+    neck = ', neck=dict(in_channels=[64] * 4)' if sizes.backbone else ''
+    load = "dict(type='LoadImageFromFile', color_type='color_ignore_orientation')"  # as the demo's
+    annotations = "dict(type='LoadAnnotations', with_bbox=True, with_mask=True)"
+    resize = f"dict(type='Resize', scale={(sizes.image, sizes.image)!r}, keep_ratio=True)"
+    loader = f'batch_size=2, num_workers=2, dataset=dict(data_root={data!r}, pipeline='
+    return [f'_base_ = [{str(DET_DEMO)!r}]',
+            f'model = dict(backbone={backbone!r}{neck})',
+            f"train_pipeline = [{load}, {annotations}, {resize}, dict(type='RandomFlip', prob=0.5), "
+            "dict(type='PackDetInputs')]",
+            f"test_pipeline = [{load}, {resize}, {annotations}, dict(type='PackDetInputs', meta_keys=("
+            "'img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]",
+            f'train_dataloader = dict({loader}train_pipeline))',
+            f'val_dataloader = dict({loader}test_pipeline))',
+            'test_dataloader = val_dataloader',
+            f"val_evaluator = dict(ann_file={data + 'annotations/instances_val.json'!r})",
+            'test_evaluator = val_evaluator',
+            'train_cfg = dict(max_epochs=1, val_interval=1)',
+            'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))']
+
+
+def seg_config_lines(work: Path, sizes: Sizes) -> List[str]:
+    """A user's config over the UperNet demo: SyncBN, the generated set, the backbone compiled in
+    training, a few iterations then validation."""
+    data = f"{work / 'ade'}/"
+    image = (sizes.image, sizes.image)
+    backbone = dict(sizes.backbone or {}, compile=True, norm_cfg=dict(type='SyncBN', requires_grad=True))
+    heads = ("decode_head=dict(in_channels=[64] * 4, channels=32), "
+             "auxiliary_head=dict(in_channels=64, channels=16)") if sizes.backbone else ''
+    iters = sizes.seg_iters
+    return [f'_base_ = [{str(SEG_DEMO)!r}]',
+            f'model = dict(data_preprocessor=dict(size={image!r}), backbone={backbone!r}, {heads})',
+            f'train_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
+            f'val_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
+            'test_dataloader = val_dataloader',
+            f'train_cfg = dict(max_iters={iters}, val_interval={iters})',
+            f'param_scheduler = [dict(type="ConstantLR", factor=1.0, by_epoch=False, begin=0, end={iters})]',
+            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={iters}))']
+
+
+def write_config(path: Path, lines: Sequence[str]) -> Path:
+    path.write_text('\n'.join(lines) + '\n')
+    return path
+
+
+@dataclass
+class Run:
+    """One command's outcome: exit status, its output and its work dir."""
+
+    exit_status: object
+    output: str
+    work_dir: Path
+    seconds: float = 0.0
+
+
+def run_command(cmd: List[str], work_dir: Path, timeout: float, cwd: Path) -> Run:
+    """A run under ``timeout`` seconds (its process group killed past it), output captured."""
+    env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable, PYTHONUNBUFFERED='1')
+    start = time.monotonic()
+    proc = run_bounded(cmd, timeout=max(1.0, min(timeout, RUN_TIMEOUT_S)), env=env, cwd=cwd)
+    return Run(proc.returncode, proc.stdout + proc.stderr, work_dir, time.monotonic() - start)
+
+
+def dist_train(config: Path, work_dir: Path, args: Sequence[str], timeout: float) -> Run:
+    """``bash tools/dist_train.sh CONFIG 1 --work-dir WORK ARGS``, from the config's folder."""
+    cmd = ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work_dir), *args]
+    return run_command(cmd, work_dir, timeout, config.parent)
+
+
+def stock_train(config: Path, work_dir: Path, args: Sequence[str], timeout: float) -> Run:
+    """mmdet's own ``tools/train.py`` (what ``mim train mmdet`` runs), one process."""
+    import mmdet
+    tool = Path(mmdet.__file__).parent / '.mim' / 'tools' / 'train.py'
+    return run_command([sys.executable, str(tool), str(config), '--work-dir', str(work_dir), *args],
+                       work_dir, timeout, config.parent)
+
+
+def dumped_config(work_dir: Path, config: Path):
+    """The config the Runner dumped into its work dir (what the run built its parts from)."""
+    from mmengine import Config
+    return Config.fromfile(str(work_dir / config.name))
+
+
+def first_losses(output: str) -> Dict[str, float]:
+    """The first training line's numbers (loss, grad_norm, the loss terms) by name."""
+    line = TRAIN_LINE.search(output)
+    if not line:
+        return {}
+    return {name: float(value) for name, value in re.findall(r'\b(loss\w*|grad_norm): (\S+)', line.group(0))}
+
+
+def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
+    """What the run's output shows, and ``failed``: each thing it had to show and did not."""
+    out, failed = run.output, []
+    result = dict(exit_status=run.exit_status, seconds=round(run.seconds, 1))
+    if run.exit_status != 0:
+        failed.append(f'exited {run.exit_status}')
+        if not TRAIN_LINE.search(out):  # it never trained: the rest would only repeat that
+            return dict(result, failed_checks=failed, output_tail=out[-2500:])
+    group = re.search(r'process group: (\w+)', out)
+    result['backend'] = group.group(1) if group else None
+    if result['backend'] != expect.backend:
+        failed.append(f"backend {result['backend']}, {expect.backend} expected")
+    train_lines = [m.group(0) for m in TRAIN_LINE.finditer(out)]
+    losses = [float(v) for line in train_lines for v in LOSS.findall(line)]
+    result.update(train_lines=len(train_lines), first=first_losses(out),
+                  last_loss=losses[-1] if losses else None)
+    if not losses:
+        failed.append('no training line with a loss')
+    elif not all(math.isfinite(v) for v in losses):
+        failed.append(f'non-finite losses: {[v for v in losses if not math.isfinite(v)]}')
+    if expect.metric:
+        metric = re.search(rf'{re.escape(expect.metric)}: (-?[\d.]+)', out)
+        result[expect.metric] = float(metric.group(1)) if metric else None
+        if metric is None:
+            failed.append(f'no metric line with {expect.metric}')
+    if expect.syncbn_kept is not None:
+        replaced = 'SyncBN replaced by BN' in out
+        result['syncbn_kept'] = not replaced
+        if replaced == expect.syncbn_kept:
+            failed.append('SyncBN replaced by BN' if replaced else 'SyncBN kept without a GPU')
+    if expect.wrapper or expect.accumulation:
+        try:
+            wrapper = dumped_config(run.work_dir, config).optim_wrapper
+            result['optim_wrapper'] = wrapper.get('type')
+            result['accumulative_counts'] = wrapper.get('accumulative_counts', 1)
+        except Exception as exc:  # noqa: BLE001  (no dumped config: the run did not get that far)
+            result['optim_wrapper'] = f'unknown ({type(exc).__name__}: {exc})'
+        if expect.wrapper and result['optim_wrapper'] != expect.wrapper:
+            failed.append(f"optimizer wrapper {result['optim_wrapper']}, {expect.wrapper} expected")
+        if expect.accumulation and result.get('accumulative_counts') != expect.accumulation:
+            failed.append(f"accumulative_counts {result.get('accumulative_counts')}, "
+                          f'{expect.accumulation} expected')
+    if expect.resumed:
+        result['rng_restored'] = 'RNG states restored from the checkpoint' in out
+        if not result['rng_restored']:
+            failed.append('no "RNG states restored from the checkpoint" line')
+        resumed = RESUMED.search(out)
+        result['resumed'] = tuple(map(int, resumed.groups())) if resumed else None
+        if result['resumed'] != tuple(expect.resumed):
+            failed.append(f"resumed at {result['resumed']}, {tuple(expect.resumed)} (epoch, iter) expected")
+    if expect.first_epoch is not None:
+        epochs = sorted({int(m.group(1)) for m in TRAIN_LINE.finditer(out) if m.group(1)})
+        result['epochs_trained'] = epochs
+        if not epochs or epochs[0] != expect.first_epoch:
+            failed.append(f'trained epochs {epochs}, from epoch {expect.first_epoch} expected')
+    if expect.compiled:
+        eager = EAGER_FALLBACK.search(out)
+        result['compiled'] = eager is None
+        if eager:
+            failed.append(eager.group(0))
+    if failed:
+        result['output_tail'] = out[-2500:]
+    result['failed_checks'] = failed
+    return result
+
+
+class TrainingSteps:
+    """The training steps of one check, sharing a work folder (``det_resume`` and ``stock_resume``
+    continue ``det_fp16``'s run)."""
+
+    def __init__(self, device_type: str, tiny: bool, work: Path):
+        self.device, self.tiny, self.work = device_type, tiny, work
+        self.sizes = Sizes.for_run(tiny)
+        self.backend = 'nccl' if device_type == 'cuda' else 'gloo'
+        self.iters_per_epoch = math.ceil(self.sizes.train / 2)
+        self._ready = False
+
+    def prepare(self) -> None:
+        """Generate the data and write the configs, once."""
+        if self._ready:
+            return
+        self.work.mkdir(parents=True, exist_ok=True)
+        write_data(self.work, self.sizes)
+        self.det = write_config(self.work / 'check_mask_rcnn.py', det_config_lines(self.work, self.sizes))
+        self.seg = write_config(self.work / 'check_upernet.py', seg_config_lines(self.work, self.sizes))
+        self._ready = True
+
+    def _expect(self, amp: Optional[str], **kw) -> Expect:
+        return Expect(backend=self.backend, wrapper=EXPECTED_WRAPPER[amp][self.device],
+                      syncbn_kept=self.device == 'cuda', **kw)
+
+    def run(self, step: str, timeout: float) -> dict:
+        """Run one step; its result, ``failed_checks`` empty when the log showed everything."""
+        self.prepare()
+        return getattr(self, step)(timeout)
+
+    def det_fp16(self, timeout: float) -> dict:
+        """An epoch of Mask R-CNN with fp16 and accumulation 2, validated."""
+        args = ['--amp', 'fp16', '--accumulation', '2']
+        run = dist_train(self.det, self.work / 'det', args, timeout)
+        return judge(run, self._expect('fp16', accumulation=2, metric='coco/bbox_mAP', first_epoch=1), self.det)
+
+    def det_resume(self, timeout: float) -> dict:
+        """``--resume`` of det_fp16's run for a second epoch."""
+        if not (self.work / 'det' / 'epoch_1.pth').is_file():
+            return dict(failed_checks=["no checkpoint of det_fp16's run to resume (epoch_1.pth)"])
+        args = ['--amp', 'fp16', '--accumulation', '2', '--resume', '--cfg-options', 'train_cfg.max_epochs=2']
+        run = dist_train(self.det, self.work / 'det', args, timeout)
+        return judge(run, self._expect('fp16', accumulation=2, metric='coco/bbox_mAP', first_epoch=2,
+                                       resumed=(1, self.iters_per_epoch)), self.det)
+
+    def det_bf16(self, timeout: float) -> dict:
+        """An epoch of Mask R-CNN with bf16, validated."""
+        run = dist_train(self.det, self.work / 'det_bf16', ['--amp', 'bf16'], timeout)
+        return judge(run, self._expect('bf16', metric='coco/bbox_mAP', first_epoch=1), self.det)
+
+    def stock_resume(self, timeout: float) -> dict:
+        """mmdet's own tools/train.py ``--resume`` on det_fp16's work dir, for a third epoch (one
+        process without a process group: MMEngine's resume on the GPU, SyncBN as BN)."""
+        if not (self.work / 'det' / 'last_checkpoint').is_file():
+            return dict(failed_checks=["no last_checkpoint in det_fp16's work dir"])
+        args = ['--resume', '--cfg-options', 'train_cfg.max_epochs=3']
+        if self.device == 'cuda':
+            args.insert(0, '--amp')  # mmdet's flag: AmpOptimWrapper (it refuses a CPU)
+        last = 2 if (self.work / 'det' / 'epoch_2.pth').is_file() else 1  # det_resume ran, or not
+        run = stock_train(self.det, self.work / 'det', args, timeout)
+        wrapper = 'AmpOptimWrapper' if self.device == 'cuda' else 'OptimWrapper'  # mmdet's own, no guard
+        return judge(run, Expect(backend='none', wrapper=wrapper, metric='coco/bbox_mAP', first_epoch=last + 1,
+                                 resumed=(last, last * self.iters_per_epoch)), self.det)
+
+    def channels_last(self, timeout: float) -> dict:
+        """The first iteration's losses and gradient norm with the backbone's channels_last on and off."""
+        first = {}
+        runs = {}
+        for on in (True, False):
+            work = self.work / f'channels_last_{on}'
+            args = ['--cfg-options', f'model.backbone.channels_last={on}', 'train_dataloader.dataset.indices=2',
+                    'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']  # one iteration, no validation
+            runs[on] = judge(dist_train(self.det, work, args, timeout / 2), self._expect(None), self.det)
+            first[on] = runs[on]['first']
+        failed = [f'channels_last={on}: {reason}' for on, r in runs.items() for reason in r['failed_checks']]
+        differences = {}
+        for name in ('loss', 'loss_cls', 'loss_mask', 'grad_norm'):
+            a, b = first[True].get(name), first[False].get(name)
+            if a is None or b is None:
+                failed.append(f'{name} missing from the first training line')
+                continue
+            differences[name] = abs(a - b) / max(abs(b), 1e-12)
+            if differences[name] > CHANNELS_LAST_TOLERANCE:
+                failed.append(f'{name}: {a} with channels_last, {b} without '
+                              f'(relative {differences[name]:.2g} > {CHANNELS_LAST_TOLERANCE})')
+        return dict(first_on=first[True], first_off=first[False], relative=differences,
+                    seconds=round(sum(r.get('seconds', 0) for r in runs.values()), 1), failed_checks=failed)
+
+    def compile(self, timeout: float) -> dict:
+        """The UperNet demo with the backbone compiled in training, then validated."""
+        run = dist_train(self.seg, self.work / 'seg', [], timeout)
+        return judge(run, Expect(backend=self.backend, metric='mIoU', compiled=True,
+                                 syncbn_kept=self.device == 'cuda'))

@@ -5,7 +5,7 @@ MMEngine's ``IterBasedTrainLoop`` starts its data loader when it is built (its w
 first batches of the run) and, on resume, calls ``next()`` once per iteration done, loading every
 trained batch again. This loop, when its samplers can start at a position (``datasets.samplers``),
 starts its data loader only once ``DataPositionHook`` has placed them (``start_data_at``, on
-resume) or training starts, and then trains from the next batch. With other samplers it runs as
+resume) or at the first batch, and then trains from the next batch. With other samplers it runs as
 MMEngine's loop.
 """
 from typing import Any, Union
@@ -30,6 +30,28 @@ class _NotStarted:
         return iter(())
 
 
+class _StartedOnDemand(_InfiniteDataloaderIterator):
+    """MMEngine's endless iterator over a data loader, whose first pass starts when asked
+    (``start``, once the samplers are placed) or else at the first batch."""
+
+    def __init__(self, dataloader: DataLoader) -> None:  # (MMEngine's starts the pass here)
+        self._dataloader, self._iterator, self._epoch = dataloader, None, 0
+
+    def start(self, epoch: int) -> None:
+        """Start the pass of the sampler's ``epoch`` (the data loader draws its base seed now)."""
+        self._epoch = epoch
+        self._iterator = iter(self._dataloader)
+
+    @property
+    def started(self) -> bool:
+        return self._iterator is not None
+
+    def __next__(self):
+        if not self.started:
+            self.start(self._epoch)
+        return super().__next__()
+
+
 @LOOPS.register_module()
 class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
     """``IterBasedTrainLoop`` that starts its data at the run's position (see the module)."""
@@ -41,21 +63,20 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
         self.positioned = can_start_at(dataloader)
         super().__init__(runner, _NotStarted(dataloader) if self.positioned else dataloader, *args, **kwargs)
         self.dataloader = dataloader
-        if self.positioned:
-            self.dataloader_iterator = None  # made once the position is known
+        if self.positioned:  # hooks may wrap the iterator in before_train: it exists, unstarted
+            self.dataloader_iterator = self._batches = _StartedOnDemand(dataloader)
 
     def start_data_at(self, epoch: int, batches: int) -> None:
         """Start the data at the sampler's ``epoch``, after its first ``batches`` batches (from a
-        hook's ``before_train``: the iterator, which draws its base seed from torch's generator as
-        MMEngine's does when built, is made before the RNG states are restored)."""
+        hook's ``before_train``: the pass, whose data loader draws its base seed from torch's
+        generator, starts before the RNG states are restored)."""
         if not self.positioned:
             raise RuntimeError("this loop's samplers cannot start at a position")
         sampler = self.dataloader.batch_sampler.sampler
         if hasattr(sampler, 'set_epoch'):
             sampler.set_epoch(epoch)
         start_at(self.dataloader, batches)
-        self.dataloader_iterator = _InfiniteDataloaderIterator(self.dataloader)
-        self.dataloader_iterator._epoch = epoch  # (its count of passes: the sampler's epoch)
+        self._batches.start(epoch)
 
     def run(self) -> Any:
         """Train from the current iteration to the last."""
@@ -63,9 +84,9 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
             return super().run()
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')  # the whole run counts as one epoch, as in MMEngine
-        if self.dataloader_iterator is None:  # a run from its start
-            self.dataloader_iterator = _InfiniteDataloaderIterator(self.dataloader)
         if self._iter:
+            if not self._batches.started:  # resumed without DataPositionHook: MMEngine's rule
+                self.start_data_at(0, self._iter)
             print_log(f'resumed at iteration {self._iter}: the data continues at the next sample, '
                       'without loading the trained ones', logger='current')
         while self._iter < self._max_iters and not self.stop_training:

@@ -5,18 +5,21 @@ MMEngine's ``IterBasedTrainLoop`` and ``InfiniteSampler``, which load every trai
 A tiny Semantic FPN on generated images trains a few iterations and saves a checkpoint; the late
 checkpoints are that checkpoint with a later iteration and data position written into it (training
 that long would take hours). Each resume is a fresh ``tools/train.py --resume`` process training one
-more iteration; the time runs from its launch to the end of that iteration (a hook in this module
-notes it). Prints a Markdown table.
+more iteration; the time runs to the end of that iteration from the process's launch, and from
+the start of training (after the checkpoint was read: what the skip costs, without the imports).
+A hook in this module notes the times. Prints a Markdown table.
 
     .venv/bin/python benchmarks/resume_start.py [--late 20000] [--mmengine-late 1000] [--workers 2]
 """
 import argparse
+import ast
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -30,15 +33,21 @@ def _register_hook() -> None:
 
     @HOOKS.register_module(force=True)
     class FirstIterationTimeHook(Hook):
-        """Write the time the run's first iteration ended to $RESUME_START_DONE."""
+        """Write the times training started (after the checkpoint was loaded) and its first
+        iteration ended to $RESUME_START_DONE."""
+
+        priority = 'VERY_HIGH'  # before_train before the other hooks
 
         def __init__(self) -> None:
-            self.written = False
+            self.started = None
+
+        def before_train(self, runner) -> None:
+            self.started = time.time()
 
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-            if not self.written:
-                Path(os.environ['RESUME_START_DONE']).write_text(repr(time.time()))
-                self.written = True
+            if self.started is not None:
+                Path(os.environ['RESUME_START_DONE']).write_text(repr((self.started, time.time())))
+                self.started = None
 
 
 if __name__ != '__main__':
@@ -77,8 +86,9 @@ def write_config(folder: Path, data: Path, toolkit: bool, workers: int) -> Path:
     return path
 
 
-def train(config: Path, work_dir: Path, *options: str, done: Path = None) -> float:
-    """Run tools/train.py; the seconds from its launch to the end of its first iteration."""
+def train(config: Path, work_dir: Path, *options: str, done: Path = None) -> Tuple[float, float]:
+    """Run tools/train.py; the seconds from its launch, and from the start of training (the
+    checkpoint loaded), to the end of its first iteration."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get('PYTHONPATH', '')]),
                RESUME_START_DONE=str(done or work_dir / 'done'))
     start = time.time()
@@ -86,7 +96,8 @@ def train(config: Path, work_dir: Path, *options: str, done: Path = None) -> flo
                            *options], env=env, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f'training failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}')
-    return float(Path(env['RESUME_START_DONE']).read_text()) - start
+    started, ended = ast.literal_eval(Path(env['RESUME_START_DONE']).read_text())
+    return ended - start, ended - started
 
 
 def moved_checkpoint(checkpoint: Path, iteration: int, out: Path) -> Path:
@@ -99,12 +110,15 @@ def moved_checkpoint(checkpoint: Path, iteration: int, out: Path) -> Path:
     return out
 
 
-def resume_time(config: Path, checkpoint: Path, work_dir: Path) -> float:
-    """Seconds to the first new iteration of a resume from ``checkpoint``."""
+def resume_time(config: Path, checkpoint: Path, work_dir: Path, repeat: int) -> Tuple[float, float]:
+    """The seconds of :func:`train` to the first new iteration of a resume from ``checkpoint``,
+    each the least of ``repeat`` runs."""
     import torch
     iteration = torch.load(checkpoint, map_location='cpu', weights_only=False)['meta']['iter']
-    return train(config, work_dir, '--resume', str(checkpoint), '--cfg-options',
-                 f'train_cfg.max_iters={iteration + 1}', 'default_hooks.checkpoint.interval=1000000')
+    runs = [train(config, work_dir / str(run), '--resume', str(checkpoint), '--cfg-options',
+                  f'train_cfg.max_iters={iteration + 1}', 'default_hooks.checkpoint.interval=1000000')
+            for run in range(repeat)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
 def main() -> None:
@@ -114,6 +128,7 @@ def main() -> None:
                         help="MMEngine's late resume iteration (0: skip MMEngine's rows)")
     parser.add_argument('--workers', type=int, default=2, help='data workers')
     parser.add_argument('--images', type=int, default=64, help='images in the generated set')
+    parser.add_argument('--repeat', type=int, default=3, help='runs of each resume (the least time is shown)')
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from xcit_dense.datasets.synthetic import write_segmentation_set
@@ -130,16 +145,22 @@ def main() -> None:
             first = tmp / f'{toolkit}-first'
             fresh = train(config, first)
             early = first / 'iter_10.pth'
-            times = [resume_time(config, checkpoint, tmp / f'{toolkit}-{iteration}')
-                     for iteration, checkpoint in ((10, early),
-                                                   (late, moved_checkpoint(early, late, tmp / f'iter_{late}.pth')))]
-            rows.append((name, fresh, 10, times[0], late, times[1]))
-    print(f'{args.images} generated 64x64 images, {BATCH} per batch, {args.workers} data workers, '
-          f'one process; seconds from launch to the end of the first new iteration\n')
-    print('| loop and sampler | fresh run | resume at | seconds | resume at | seconds | late / early |')
-    print('|---|---|---|---|---|---|---|')
-    for name, fresh, early, early_s, late, late_s in rows:
-        print(f'| {name} | {fresh:.1f} | {early} | {early_s:.1f} | {late:,} | {late_s:.1f} | {late_s / early_s:.2f}x |')
+            for iteration, checkpoint in ((10, early), (late, moved_checkpoint(early, late, tmp / f'iter_{late}.pth'))):
+                rows.append((name, fresh, iteration, *resume_time(config, checkpoint, tmp / f'{toolkit}-{iteration}',
+                                                                    args.repeat)))
+    print(f'{args.images} generated 64x64 images, {BATCH} per batch, {args.workers} data workers, one process; '
+          f'seconds to the end of the first new iteration, the least of {args.repeat} runs each; the ratio is '
+          f'to the same loop resumed at iteration 10\n')
+    print('| loop and sampler | resume at iteration | from launch | ratio | from training start | ratio |')
+    print('|---|---|---|---|---|---|')
+    for name, fresh, iteration, launch, training in rows:
+        early = next(r for r in rows if r[0] == name and r[2] == 10)
+        print(f'| {name} | {iteration:,} | {launch:.1f} | {launch / early[3]:.2f}x | {training:.2f} | '
+              f'{training / early[4]:.2f}x |')
+    for name in dict.fromkeys(r[0] for r in rows):
+        fresh = next(r[1] for r in rows if r[0] == name)
+        print(f'\n{name}, fresh run: {fresh[0]:.1f} s from launch, {fresh[1]:.2f} s from training start', end='')
+    print()
 
 
 if __name__ == '__main__':

@@ -89,11 +89,12 @@ def _build_aspect_ratio_batch_sampler(**kwargs: Any) -> Any:
 
 
 def can_start_at(dataloader: Any) -> bool:
-    """Whether :func:`start_at` can place ``dataloader``: its batch sampler is the toolkit's, or a
-    plain ``BatchSampler`` over the toolkit's sampler."""
+    """Whether :func:`start_at` can place ``dataloader``: its sampler is the toolkit's (which seeds
+    each sample: skipped samples then leave the others' augmentations as they were), under the
+    toolkit's batch sampler or a plain ``BatchSampler``."""
     batch_sampler = getattr(dataloader, 'batch_sampler', None)
-    return hasattr(batch_sampler, 'start_at') or (
-        type(batch_sampler) is torch.utils.data.BatchSampler and hasattr(batch_sampler.sampler, 'start_at'))
+    return hasattr(getattr(batch_sampler, 'sampler', None), 'start_at') and (
+        hasattr(batch_sampler, 'start_at') or type(batch_sampler) is torch.utils.data.BatchSampler)
 
 
 def start_at(dataloader: Any, batches: int) -> None:

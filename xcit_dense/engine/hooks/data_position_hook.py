@@ -187,7 +187,7 @@ class DataPositionHook(Hook):
         iteration loop (it starts another pass over the data when one ends)."""
         if not hasattr(self._loop, 'dataloader_iterator'):
             return runner.epoch
-        return getattr(self._loop.dataloader_iterator, '_epoch', 0)  # (None until the toolkit's loop starts)
+        return getattr(self._loop.dataloader_iterator, '_epoch', 0)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self.count_batch(self._sampler_epoch(runner))

@@ -95,10 +95,11 @@ def test_port_already_taken(tmp_path, seg_data):
 
 def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
     """``hooked_config`` with everything a resume has to carry over: an LR warmup and step,
-    shuffling that crosses an epoch, random flips and drop path; pretrained backbone weights from
-    tmp_path/pretrained.pth; SIGKILL after a checkpoint, or SIGTERM after an iteration."""
+    the configs' endless sampler, shuffling that crosses a pass over the data, random flips and drop
+    path; pretrained backbone weights from tmp_path/pretrained.pth; SIGKILL after a checkpoint, or
+    SIGTERM after an iteration; each image loaded noted in $XCIT_TEST_LOADS, each batch in samples.txt."""
     base = hooked_config(tmp_path, seg_data, max_iters=max_iters, interval=interval)
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+    pipeline = [dict(type='CountLoads'), dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
                 dict(type='RandomFlip', prob=0.5), dict(type='PackSegInputs')]
     pretrained = tmp_path / 'pretrained.pth'
     backbone = xcit_dense.XCiT(arch='tiny_12', embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
@@ -107,12 +108,12 @@ def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
         _base_=[str(base)],
         model=dict(backbone=dict(drop_path_rate=0.2, init_cfg=dict(
             _delete_=True, type='Pretrained', checkpoint=str(pretrained)))),
-        train_dataloader=dict(sampler=dict(type='DefaultSampler', shuffle=True),
+        train_dataloader=dict(sampler=dict(type='ResumableInfiniteSampler', shuffle=True),
                               dataset=dict(pipeline=pipeline)),
         param_scheduler=[dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=4),
                          dict(type='MultiStepLR', milestones=[5], gamma=0.1, by_epoch=False)],
         custom_hooks=[dict(type='DumpRankWeightsHook'), dict(type='SigkillAfterCheckpointHook'),
-                      dict(type='SigtermAfterIterHook')])
+                      dict(type='SigtermAfterIterHook'), dict(type='RecordSamplesHook')])
     path = tmp_path / 'random_run.py'
     path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')
     return path
@@ -121,28 +122,39 @@ def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
 def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path, seg_data):
     """Killed right after the checkpoint of iteration 2 and resumed, then stopped by SIGTERM after
     iteration 5 (the sampler's second pass over the 8 images, 2 samples in) and resumed again, the
-    run ends with the uninterrupted run's weights: scheduler, sampler position and every RNG
-    continue where they were. The resumes do not read the pretrained file, gone by then."""
+    run ends with the weights of the uninterrupted run (2 data workers; the cut ones load in the main
+    process, each image augmented alike): scheduler, sampler position and every RNG continue where
+    they were. Each resume loads the images of its own iterations alone. The resumes do not read the
+    pretrained file, gone by then."""
     config = random_run_config(tmp_path, seg_data)
-    whole_run = run(train_cmd(config, tmp_path / 'whole'))
+    whole_run = run(train_cmd(config, tmp_path / 'whole', '--cfg-options', 'train_dataloader.num_workers=2',
+                              'train_dataloader.persistent_workers=True'))
     assert whole_run.returncode == 0, whole_run.stderr[-3000:]
+    batches = (tmp_path / 'whole' / 'samples.txt').read_text().splitlines()
+
+    def loaded_in(iterations: slice, loads):
+        return sorted(loads.read_text().split()) == sorted(' '.join(batches[iterations]).split())
     killed = run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / 'cut').glob('*.pth')) == ['iter_2.pth']
     (tmp_path / 'pretrained.pth').unlink()
-    stopped = run(train_cmd(config, tmp_path / 'cut', '--resume'), env=launch_env(XCIT_TEST_SIGTERM_AT=5))
+    loads = tmp_path / 'loads_3_to_5.txt'
+    stopped = run(train_cmd(config, tmp_path / 'cut', '--resume'),
+                  env=launch_env(XCIT_TEST_SIGTERM_AT=5, XCIT_TEST_LOADS=loads))
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     log = stopped.stdout + stopped.stderr
     assert re.findall(r'Iter\(train\) \[(\d)/6\]', log) == ['3', '4', '5']
-    assert 'RNG states restored from the checkpoint' in log
-    resumed = run(train_cmd(config, tmp_path / 'cut', '--resume'))
+    assert 'RNG states restored from the checkpoint' in log and loaded_in(slice(2, 5), loads)
+    loads = tmp_path / 'loads_6.txt'
+    resumed = run(train_cmd(config, tmp_path / 'cut', '--resume'), env=launch_env(XCIT_TEST_LOADS=loads))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
     assert 'resumed epoch: 0, iter: 5' in log and re.findall(r'Iter\(train\) \[(\d)/6\]', log) == ['6']
+    assert 'without loading the trained ones' in log and loaded_in(slice(5, 6), loads)
     whole = torch.load(tmp_path / 'whole' / 'rank0.pth', weights_only=True)
     cut = torch.load(tmp_path / 'cut' / 'rank0.pth', weights_only=True)
     for key in whole:
-        torch.testing.assert_close(cut[key], whole[key], rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(cut[key], whole[key], rtol=0, atol=1e-6, msg=key)
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])

@@ -87,12 +87,18 @@ def test_a_restarted_group_without_a_checkpoint_starts_from_the_beginning(tmp_pa
 
 
 def preempted_detector_config(tmp_path):
-    """The demo's Mask R-CNN (mmdet's AspectRatioBatchSampler over a shuffling sampler, random flips, an
-    LR schedule by iteration) with a tiny backbone: 4 images of 64 px, batches of 2, 2 epochs of 2
-    iterations; SIGTERM after $XCIT_TEST_SIGTERM_AT iterations."""
+    """The demo's Mask R-CNN (the toolkit's aspect-ratio batch sampler over its shuffling sampler, random
+    flips, an LR schedule by iteration) with a tiny backbone: 4 images of 64 px, batches of 2, 2 epochs
+    of 2 iterations; SIGTERM after $XCIT_TEST_SIGTERM_AT iterations; each image the pipeline loads
+    noted in $XCIT_TEST_LOADS, each batch trained in samples.txt."""
     data = tmp_path / 'coco'
     write_coco_set(data, 'train', 4, size=(64, 64), seed=0)
-    loader = f'dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(data_root="{data}/"))'
+    pipeline = [dict(type='CountLoads'), dict(type='LoadImageFromFile', color_type='color_ignore_orientation'),
+                dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+                dict(type='Resize', scale=(128, 128), keep_ratio=True), dict(type='RandomFlip', prob=0.5),
+                dict(type='PackDetInputs')]  # the demo's, counted
+    loader = (f'dict(batch_size=2, num_workers=0, persistent_workers=False, '
+              f'dataset=dict(data_root="{data}/", pipeline={pipeline!r}))')
     config = tmp_path / 'tiny_mask_rcnn.py'
     config.write_text('\n'.join([
         f"_base_ = [{str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')!r}]",
@@ -105,13 +111,15 @@ def preempted_detector_config(tmp_path):
         'test_cfg = None', 'test_evaluator = None',
         'train_cfg = dict(max_epochs=2, val_interval=100)',
         'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))',
-        "custom_hooks = [dict(type='DumpRankWeightsHook'), dict(type='SigtermAfterIterHook')]"]) + '\n')
+        "custom_hooks = [dict(type='DumpRankWeightsHook'), dict(type='SigtermAfterIterHook'), "
+        "dict(type='RecordSamplesHook')]"]) + '\n')
     return config
 
 
 def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     """Stopped by SIGTERM in epoch 2 (after 3 of 4 iterations) in the default, relative work dir, a bare
-    --resume trains the one remaining iteration and ends with the uninterrupted run's weights; extended
+    --resume with 2 data workers trains the one remaining iteration, loading only its 2 images, and
+    ends with the weights of the uninterrupted run (no workers: each image augmented alike); extended
     to 3 epochs, a bare --resume would continue from epoch_2.pth, the newest by contents (not iter_3.pth)."""
     config = preempted_detector_config(tmp_path)
     whole = run(train_cmd(config, tmp_path / 'whole'))
@@ -123,11 +131,15 @@ def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     cut = run(train, cwd=user, env=launch_env(XCIT_TEST_SIGTERM_AT=3))
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-3000:]
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['epoch_1.pth', 'iter_3.pth']
-    resumed = run([*train, '--resume'], cwd=user)
+    loads = tmp_path / 'loads.txt'
+    resumed = run([*train, '--resume', '--cfg-options', 'train_dataloader.num_workers=2',
+                   'train_dataloader.persistent_workers=True'], cwd=user, env=launch_env(XCIT_TEST_LOADS=loads))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = resumed.stdout + resumed.stderr
-    assert 'resumed epoch: 1, iter: 3' in log
+    assert 'resumed epoch: 1, iter: 3' in log and 'after 1 batch(es) of 2 samples, started there' in log
     assert re.findall(r'Epoch\(train\) +\[ *(\d+)\]\[ *(\d+)/2\]', log) == [('2', '2')]
+    last_batch = (tmp_path / 'whole' / 'samples.txt').read_text().splitlines()[-1].split()
+    assert sorted(loads.read_text().split()) == sorted(last_batch)  # the epoch's first batch not loaded
     reference = torch.load(tmp_path / 'whole' / 'rank0.pth', weights_only=True)
     weights = torch.load(work_dir / 'rank0.pth', weights_only=True)
     for key, value in reference.items():

@@ -217,3 +217,16 @@ class SignalFromRetries(BaseTransform):
                 f.write(repr(time.time()))
             os.kill(os.getppid() if in_worker else os.getpid(), signal.SIGTERM)
         raise ValueError('a bad sample')
+
+
+@TRANSFORMS.register_module()
+class CountLoads(BaseTransform):
+    """Append the image file of each sample the pipeline loads, one line each, to $XCIT_TEST_LOADS
+    (unset: nothing), from whichever process or data worker loads it."""
+
+    def transform(self, results: dict) -> dict:
+        path = os.environ.get('XCIT_TEST_LOADS')
+        if path:
+            with open(path, 'a') as f:
+                f.write(os.path.basename(results['img_path']) + '\n')
+        return results

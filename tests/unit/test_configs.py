@@ -139,6 +139,9 @@ def test_detection_recipe(path):
                          gamma=0.1)
     assert cfg.train_cfg == dict(type='EpochBasedTrainLoop', max_epochs=36, val_interval=1)
     assert cfg.default_hooks.checkpoint.interval == 1
+    # mmdet's order and aspect-ratio batches, resumable without loading the trained images
+    assert cfg.train_dataloader.sampler == dict(type='ResumableSampler', shuffle=True)
+    assert cfg.train_dataloader.batch_sampler == dict(type='ResumableAspectRatioBatchSampler')
 
     # random flip, then one of the two multi-scale policies
     pipeline = cfg.train_dataloader.dataset.pipeline
@@ -184,8 +187,9 @@ def test_segmentation_recipe(path):
     assert warmup == dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500)
     assert poly == dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=0,
                         end=max_iters)
-    assert cfg.train_cfg == dict(type='IterBasedTrainLoop', max_iters=max_iters,
+    assert cfg.train_cfg == dict(type='ResumableIterBasedTrainLoop', max_iters=max_iters,
                                  val_interval=interval)
+    assert cfg.train_dataloader.sampler == dict(type='ResumableInfiniteSampler', shuffle=True)
     assert cfg.default_hooks.checkpoint == dict(type='CheckpointHook', by_epoch=False,
                                                 interval=interval,
                                                 backend_args=dict(backend='atomic_local'))

@@ -1,5 +1,6 @@
-"""Datasets: synthetic sets in the COCO and ADE20K formats, and checked/robust loading (bad data
-named by kind, ``problems``).
+"""Datasets: synthetic sets in the COCO and ADE20K formats, checked/robust loading (bad data
+named by kind, ``problems``), and samplers that start at a resumed position with each sample
+seeded (``samplers``, ``sample_seeding``).
 
 ``CheckedCocoDataset`` subclasses mmdet's ``CocoDataset``, so its module is imported only when
 the class is used or a config builds it: importing this package does not import mmdet.
@@ -9,6 +10,7 @@ from typing import Any
 from mmengine.registry import DATASETS
 
 from .robust import SkipBadSamples, StopOnBadSamples
+from .samplers import ResumableInfiniteSampler, ResumableSampler
 
 
 @DATASETS.register_module(name='CheckedCocoDataset')
@@ -26,4 +28,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-__all__ = ['CheckedCocoDataset', 'SkipBadSamples', 'StopOnBadSamples']
+__all__ = ['CheckedCocoDataset', 'ResumableInfiniteSampler', 'ResumableSampler', 'SkipBadSamples',
+           'StopOnBadSamples']

@@ -23,12 +23,14 @@ test_pipeline = [
     dict(type='PackSegInputs'),
 ]
 
-# 2 images per GPU; the reference total batch is 8 GPUs x 2 = 16
+# 2 images per GPU; the reference total batch is 8 GPUs x 2 = 16. The toolkit's endless sampler:
+# each image augmented under its own seed, and a resume that starts at its next sample without
+# loading the trained ones (docs/training.md)
 train_dataloader = dict(
     batch_size=2,
     num_workers=4,
     persistent_workers=True,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
+    sampler=dict(type='ResumableInfiniteSampler', shuffle=True),
     dataset=dict(
         type=dataset_type,
         data_root=data_root,

@@ -41,13 +41,15 @@ test_pipeline = [
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
 
-# 2 images per GPU; the reference total batch is 8 GPUs x 2 = 16
+# 2 images per GPU; the reference total batch is 8 GPUs x 2 = 16. The toolkit's samplers: mmdet's
+# DefaultSampler order and aspect-ratio batches, each image augmented under its own seed, and a
+# resume that starts at its next sample without loading the trained ones (docs/training.md)
 train_dataloader = dict(
     batch_size=2,
     num_workers=2,
     persistent_workers=True,
-    sampler=dict(type='DefaultSampler', shuffle=True),
-    batch_sampler=dict(type='AspectRatioBatchSampler'),
+    sampler=dict(type='ResumableSampler', shuffle=True),
+    batch_sampler=dict(type='ResumableAspectRatioBatchSampler'),
     dataset=dict(
         type=dataset_type,
         data_root=data_root,

@@ -4,7 +4,8 @@
 _base_ = '../default_hooks_seg.py'  # the hooks, with the toolkit's
 max_iters = 80000
 interval = 8000
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=interval)
+# the toolkit's loop: MMEngine's, resumed without iterating over the trained batches
+train_cfg = dict(type='ResumableIterBasedTrainLoop', max_iters=max_iters, val_interval=interval)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 

@@ -3,15 +3,18 @@ trained twice, none left out, in epoch loops as in iteration loops.
 
 MMEngine's epoch loop starts a resumed epoch from its first batch (a preemption mid-epoch replays
 the epoch); its iteration loop skips as many batches as iterations were done, whatever their size.
-Here the resumed run rebuilds the checkpoint's epoch in the sampler's order (an aspect-ratio batch
-sampler groups each batch by every earlier index, so its batches are rebuilt, not its indices) and
-drops the batches that hold the samples already trained. The dropped batches are still loaded.
+Here the resumed run continues the checkpoint's epoch in the sampler's order after the samples
+already trained. The toolkit's samplers (``datasets.samplers``) start there without producing the
+trained batches (an aspect-ratio batch sampler regroups the epoch's indices, loading no image), and
+the toolkit's iteration loop (``engine.loops``) iterates over none of them. Other samplers rebuild
+the epoch and the trained batches are loaded and dropped.
 """
 from typing import Callable, List, Optional
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ...datasets.samplers import can_start_at, start_at
 from ..data_position import META_KEY, DataPosition, batch_size, recorded_position
 from ..dist import world_size
 
@@ -26,7 +29,7 @@ def _set_sampler_epoch(dataloader, epoch: int) -> None:
 
 
 class _ResumedIterations:
-    """An iteration loop's batch iterator on resume. MMEngine's own skip (one call per iteration
+    """MMEngine's iteration loop's batch iterator on resume. MMEngine's own skip (one call per iteration
     done) passes without loading anything; the first real call moves the sampler to the
     checkpoint's epoch, drops the batches already trained of it, and then serves batches."""
 
@@ -70,7 +73,8 @@ class DataPositionHook(Hook):
     batch that does not divide the samples done continues at the last whole batch (the rest of the
     samples are trained again, said in the log). A checkpoint without a position resumes as
     MMEngine does. Hooks that must act once the run is back at its position (the RNG states, after
-    the dropped batches drew their augmentations) register with :func:`when_resumed`.
+    the data loader's iterator drew its base seed and any dropped batches their augmentations)
+    register with :func:`when_resumed`.
     """
 
     priority = 'NORMAL'  # counts before the checkpoint and preemption hooks save (VERY_LOW);
@@ -79,7 +83,7 @@ class DataPositionHook(Hook):
     def __init__(self) -> None:
         self._position = DataPosition(0, 0)
         self._loaded: Optional[DataPosition] = None
-        self._batches = None  # an iteration loop's MMEngine iterator (it knows the sampler's epoch)
+        self._loop = None
         self._global_batch = 1
         self._waiting: Optional[List[Callable[[], None]]] = None  # until the position is reached
 
@@ -88,15 +92,15 @@ class DataPositionHook(Hook):
         self._loaded = recorded_position(checkpoint.get('meta', {}))
 
     def before_train(self, runner) -> None:
-        """Start counting; on resume, drop the batches of the checkpoint's epoch already trained."""
-        loop = runner.train_loop
+        """Start counting; on resume, start the data after the samples of the checkpoint's epoch
+        already trained."""
+        loop = self._loop = runner.train_loop
         self._global_batch = batch_size(loop.dataloader) * world_size()
-        self._batches = getattr(loop, 'dataloader_iterator', None)
         loaded, self._loaded = self._loaded, None
         self._position = DataPosition(self._sampler_epoch(runner), 0)
         if runner.iter == 0:  # a fresh run, or weights loaded for fine-tuning
             return
-        if self._batches is None:
+        if not hasattr(loop, 'dataloader_iterator'):  # an epoch loop
             if loaded is None or loaded.epoch != runner.epoch:  # no position: the epoch from its start
                 return
             skip = min(self._batches_done(runner, loaded), len(loop.dataloader))
@@ -105,14 +109,21 @@ class DataPositionHook(Hook):
                 self._waiting = []
                 self._resume_epoch(runner, skip)
             return
+        if getattr(loop, 'positioned', False):  # the toolkit's loop over the toolkit's samplers
+            # no position: MMEngine's rule, one batch per iteration done from the first pass
+            epoch, skip = (loaded.epoch, self._batches_done(runner, loaded)) if loaded else (0, runner.iter)
+            loop.start_data_at(epoch, skip)
+            self._position = DataPosition(epoch, skip * self._global_batch)
+            return
         self._waiting = []
+        batches = loop.dataloader_iterator
         if loaded is None:  # MMEngine's rule: one batch per iteration done, from the first epoch
-            loop.dataloader_iterator = _ResumedIterations(self._batches, self, runner.iter, 0, runner.iter,
+            loop.dataloader_iterator = _ResumedIterations(batches, self, runner.iter, 0, runner.iter,
                                                           count_skipped=True)
             return
         skip = self._batches_done(runner, loaded)
         self._position = DataPosition(loaded.epoch, skip * self._global_batch)
-        loop.dataloader_iterator = _ResumedIterations(self._batches, self, runner.iter, loaded.epoch, skip,
+        loop.dataloader_iterator = _ResumedIterations(batches, self, runner.iter, loaded.epoch, skip,
                                                       count_skipped=False)
 
     def _batches_done(self, runner, loaded: DataPosition) -> int:
@@ -124,21 +135,27 @@ class DataPositionHook(Hook):
                 f"multiple of this run's batch of {self._global_batch} (world size x images per "
                 f'GPU): continuing after {whole * self._global_batch}, the last {rest} are trained again')
         if loaded.samples:
+            how = ('started there' if can_start_at(runner.train_loop.dataloader)
+                   else 'loaded and dropped (the toolkit\'s samplers would skip them unloaded)')
             runner.logger.info(f'resuming epoch {loaded.epoch} of the data after {whole} batch(es) '
-                               f'of {self._global_batch} samples, loaded and dropped')
+                               f'of {self._global_batch} samples, {how}')
         return whole
 
     def _resume_epoch(self, runner, skip: int) -> None:
-        """Run the epoch loop's current epoch from batch ``skip`` (its index kept for the hooks);
-        the later epochs run as the loop's own."""
+        """Run the epoch loop's current epoch from batch ``skip`` (its index kept for the hooks),
+        without producing the batches before where the samplers can start there; the later epochs
+        run as the loop's own."""
         loop = runner.train_loop
 
         def run_epoch() -> None:
             del loop.run_epoch
             runner.call_hook('before_train_epoch')  # the sampler's epoch is set here
             runner.model.train()
-            batches = iter(loop.dataloader)
-            for _ in range(skip):
+            positioned = can_start_at(loop.dataloader)
+            if positioned:
+                start_at(loop.dataloader, skip)
+            batches = iter(loop.dataloader)  # (its base seed drawn before the RNG states return)
+            for _ in range(0 if positioned else skip):
                 next(batches)
             self.reached()
             for idx, data_batch in enumerate(batches, start=skip):
@@ -168,14 +185,16 @@ class DataPositionHook(Hook):
     def _sampler_epoch(self, runner) -> int:
         """The epoch the sampler draws from: the loop's in an epoch loop, the iterator's in an
         iteration loop (it starts another pass over the data when one ends)."""
-        return runner.epoch if self._batches is None else getattr(self._batches, '_epoch', 0)
+        if not hasattr(self._loop, 'dataloader_iterator'):
+            return runner.epoch
+        return getattr(self._loop.dataloader_iterator, '_epoch', 0)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self.count_batch(self._sampler_epoch(runner))
 
     def after_train_epoch(self, runner) -> None:
         """An epoch loop's epoch is done: the position is the next one's start."""
-        if self._batches is None:
+        if not hasattr(self._loop, 'dataloader_iterator'):
             self._position = DataPosition(runner.epoch + 1, 0)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:

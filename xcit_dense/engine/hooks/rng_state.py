@@ -1,5 +1,6 @@
 """Every rank's random-number generator states in checkpoints, so that a resumed run draws the
-same augmentations and drop paths as an uninterrupted one (MMEngine only re-seeds on resume)."""
+same drop paths (and, with samplers other than the toolkit's, which seed each sample, the same
+augmentations) as an uninterrupted one (MMEngine only re-seeds on resume)."""
 import random
 from typing import List, Optional
 
@@ -130,8 +131,9 @@ class RNGStateHook(Hook):
         self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
 
     def before_train(self, runner) -> None:
-        """On resume, restore this rank's states once the batches already trained are dropped
-        (loading them draws augmentations that must not count; ``DataPositionHook``).
+        """On resume, restore this rank's states once the data loader stands at the position
+        (``DataPositionHook``): after its iterator drew its base seed from torch's generator, and,
+        with samplers that cannot start there, after the dropped batches drew their augmentations.
 
         A checkpoint loaded for its weights alone (training from iteration 0) restores nothing.
         """

@@ -71,7 +71,7 @@ def epoch_config(folder, seg_data, slow: float = 0.0):
     config.write_text(config.read_text() + (
         "train_cfg = dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=2, val_interval=2)\n"
         "train_dataloader['batch_size'] = 1\n"
-        "train_dataloader['sampler'] = dict(_delete_=True, type='DefaultSampler', shuffle=True)\n"
+        "train_dataloader['sampler'] = dict(_delete_=True, type='ResumableSampler', shuffle=True)\n"
         "default_hooks['checkpoint'] = dict(interval=1, by_epoch=True)\n"
         "log_processor = dict(by_epoch=True)\n"))
     return config

@@ -19,11 +19,15 @@ from xcit_dense.engine.resume import Restart, Resume
 COUNTED_TRAIN = f"""
 import atexit, json, os, runpy, sys
 import torch
-reads, load = [], torch.load
-def counted(f, *args, **kwargs):
+import xcit_dense.checkpoint as checkpoint
+reads, load, load_checked = [], torch.load, checkpoint.load_checked
+def counted(f, *args, **kwargs):  # a read around the toolkit's reader would come through here
     reads.append(str(f) + (' (meta)' if kwargs.get('mmap') else ''))
     return load(f, *args, **kwargs)
-torch.load = counted
+def counted_checked(path, map_location='cpu', mmap=False):  # every read of the toolkit's reader
+    reads.append(str(path) + (' (meta)' if mmap else ''))
+    return load_checked(path, map_location, mmap)
+torch.load, checkpoint.load_checked = counted, counted_checked
 atexit.register(lambda: open(os.environ['READS'], 'w').write(json.dumps(reads)))
 sys.argv = [{str(ROOT / 'tools/train.py')!r}, *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name='__main__')

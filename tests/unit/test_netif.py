@@ -100,8 +100,19 @@ def test_other_nodes_come_from_the_slurm_node_list_or_the_torchrun_store(monkeyp
     monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
     monkeypatch.setenv('LOCAL_RANK', '0')
     monkeypatch.setenv('GROUP_RANK', '1')  # node 1 publishes its address on the route to the master
-    assert engine_dist._other_nodes('pytorch', store) == ['127.0.0.1']
+    monkeypatch.setenv('MASTER_ADDR', 'node0.example')  # node 1 on another machine than node 0
+    monkeypatch.setattr(netif, 'route_to', lambda host: netif.Route(master='10.1.2.1', address='10.1.2.3', interface='eth0'))
+    monkeypatch.setattr(netif, 'is_loopback', lambda host: host in ('127.0.0.1', 'localhost'))
+    assert engine_dist._other_nodes('pytorch', store) == ['node0.example']
+    assert store.get('xcit_dense/node1/address') == b'10.1.2.3'
+    monkeypatch.undo()
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('LOCAL_RANK', '0')
+    monkeypatch.setenv('GROUP_RANK', '1')  # node 1 on node 0's machine: loopback is their network
+    assert engine_dist._other_nodes('pytorch', store) is None
     assert store.get('xcit_dense/node1/address') == b'127.0.0.1'
+    monkeypatch.setenv('GROUP_RANK', '0')  # and node 0 learns it from node 1's loopback address
+    assert engine_dist._other_nodes('pytorch', store) is None
     store.set('xcit_dense/node1/address', '10.1.2.3')
     monkeypatch.setenv('GROUP_RANK', '0')  # node 0, its master name loopback here, takes node 1's
     assert engine_dist._other_nodes('pytorch', store) == ['127.0.0.1', '10.1.2.3']

@@ -21,6 +21,8 @@ def _matches(value: Any, hint: Any) -> bool:
         return any(_matches(value, arg) for arg in args)
     if hint is type(None):
         return value is None
+    if origin is typing.Literal:  # one of the values, of its type (True is not 1)
+        return any(value == arg and type(value) is type(arg) for arg in args)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -31,6 +33,8 @@ def _matches(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return 'one of ' + ', '.join(map(repr, typing.get_args(hint)))
     return getattr(hint, '__name__', None) or str(hint).replace('typing.', '')
 
 

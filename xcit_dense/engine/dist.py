@@ -143,8 +143,10 @@ def _one_node_network(backend: str) -> None:
     _NETWORK = f" on {', '.join(explicit)} (as set)" if explicit else ''
 
 
-def _other_nodes(launcher: str, store: dist.Store) -> List[str]:
-    """Names or addresses of other nodes of this run, to find the interface that reaches them.
+def _other_nodes(launcher: str, store: dist.Store) -> Optional[List[str]]:
+    """Names or addresses of other nodes of this run, to find the interface that reaches them;
+    None where torchrun's nodes share this machine (node 1 reaches node 0 through loopback, as in
+    ``NNODES=2 MASTER_ADDR=127.0.0.1`` on one host): loopback is then the network they share.
 
     MASTER_ADDR first: node 0's address, seen from any other node. On node 0 itself its own name
     may resolve to a loopback address (Debian's /etc/hosts), so another node is needed: under Slurm
@@ -162,10 +164,12 @@ def _other_nodes(launcher: str, store: dist.Store) -> List[str]:
             except OSError:  # reported by the caller, which tries the same route
                 address = ''
             store.set(f'{_KEY}/node{node}/address', address)  # '': none (node 0 must not wait in vain)
-        return [master]
+        return None if netif.is_loopback(master) else [master]
     if not netif.is_loopback(master):
         return [master]
     published = store.get(f'{_KEY}/node1/address').decode()  # waits for node 1 (the store's timeout)
+    if published and netif.is_loopback(published):
+        return None
     return [master] + ([published] if published else [])
 
 
@@ -184,8 +188,12 @@ def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> 
     if len(explicit) == len(names):
         _NETWORK = f" on {', '.join(explicit)} (as set)"
         return
+    others = _other_nodes(launcher, store)
+    if others is None:  # the nodes share this machine: the libraries' defaults (loopback) serve
+        _NETWORK = ''.join(f" on {e} (as set)" for e in explicit)
+        return
     try:
-        target, route = netif.reaching_route(_other_nodes(launcher, store))
+        target, route = netif.reaching_route(others)
     except OSError as exc:
         raise RuntimeError(f"this node cannot tell which network reaches the other nodes ({exc}): map "
                            f"the nodes' names to their addresses on that network, or set "

@@ -6,7 +6,7 @@ maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all wi
 import functools
 import logging
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
 import torch
 import torch.utils.checkpoint as cp
@@ -128,7 +128,7 @@ class XCiT(BaseModule):
                  norm_cfg: dict = DEFAULT_NORM,
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
-                 with_cp: Union[bool, str] = False,
+                 with_cp: Literal[False, True, 'selective'] = False,
                  channels_last: bool = False,
                  compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
@@ -153,7 +153,7 @@ class XCiT(BaseModule):
             raise ValueError(f'out_indices must be strictly increasing, got {out_indices}')
         if not -1 <= frozen_stages <= self.depth:
             raise ValueError(f'frozen_stages must be in -1..{self.depth}, got {frozen_stages}')
-        if with_cp not in CHECKPOINT_MODES or isinstance(with_cp, int) and not isinstance(with_cp, bool):
+        if not any(with_cp == mode and type(with_cp) is type(mode) for mode in CHECKPOINT_MODES):
             raise ValueError(f"with_cp must be one of False, True, 'selective'; got {with_cp!r}")
         self.out_indices = out_indices
         self.frozen_stages = frozen_stages

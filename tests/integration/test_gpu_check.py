@@ -65,6 +65,7 @@ def test_a_failing_step_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
     assert 'error: RuntimeError: no kernel image' in (tmp_path / 'gpu_check.md').read_text()
 
 
+@pytest.mark.slow  # two real training runs of the check (about a minute): the slow stage, beside the whole check
 def test_planted_faults_fail_their_steps_and_the_exit_status(tmp_path, monkeypatch):
     """Real runs of a config whose loss guard and RNG-state hook are switched off: the first run
     builds a plain OptimWrapper, the resumed one restores no RNG state; both steps fail, naming it."""

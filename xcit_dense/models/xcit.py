@@ -6,6 +6,7 @@ maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all wi
 import functools
 import logging
 import math
+import typing
 from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
 import torch
@@ -28,7 +29,7 @@ from .weights import load_backbone_weights
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
     name: (p.embed_dims, p.depth, p.num_heads, p.eta) for name, p in PRESETS.items()}
 PYRAMID_STRIDES = (4, 8, 16, 32)
-CHECKPOINT_MODES = (False, True, 'selective')
+CheckpointMode = Literal[False, True, 'selective']  # the values of ``with_cp``
 
 # What selective checkpointing keeps from the forward: the outputs of the matrix products (linear
 # layers, XCA's Gram and attention products), the costly operators. Everything else in a block
@@ -128,7 +129,7 @@ class XCiT(BaseModule):
                  norm_cfg: dict = DEFAULT_NORM,
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
-                 with_cp: Literal[False, True, 'selective'] = False,
+                 with_cp: CheckpointMode = False,
                  channels_last: bool = False,
                  compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
@@ -153,8 +154,9 @@ class XCiT(BaseModule):
             raise ValueError(f'out_indices must be strictly increasing, got {out_indices}')
         if not -1 <= frozen_stages <= self.depth:
             raise ValueError(f'frozen_stages must be in -1..{self.depth}, got {frozen_stages}')
-        if not any(with_cp == mode and type(with_cp) is type(mode) for mode in CHECKPOINT_MODES):
-            raise ValueError(f"with_cp must be one of False, True, 'selective'; got {with_cp!r}")
+        modes = typing.get_args(CheckpointMode)
+        if not any(with_cp == mode and type(with_cp) is type(mode) for mode in modes):  # True, not 1
+            raise ValueError(f"with_cp must be one of {', '.join(map(repr, modes))}; got {with_cp!r}")
         self.out_indices = out_indices
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
@@ -245,10 +247,8 @@ class XCiT(BaseModule):
         for i, block in enumerate(self.blocks[:self.out_indices[-1] + 1]):
             # every block that trains, the first after frozen stages too (its input needs no grad)
             if self.with_cp and torch.is_grad_enabled() and i >= max(self.frozen_stages, 0):
-                if self.with_cp == 'selective':
-                    x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False, context_fn=_selective_contexts)
-                else:
-                    x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False)
+                contexts = _selective_contexts if self.with_cp == 'selective' else cp.noop_context_fn
+                x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False, context_fn=contexts)
             else:
                 x = block(x, Hp, Wp)
             if i in self.out_indices:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, hide_payload
+from helpers import ROOT, hide_payload, own_runner_instances
 from released import (SEG_CLASSES, SHAPES, manifest, released_file, released_state, tiny_config,
                       toolkit_twin)
 from xcit_dense.builder import build_model
@@ -82,7 +82,8 @@ def run_tool_in_process(tool: str, *args) -> None:
     argv = sys.argv
     sys.argv = [tool, *map(str, args)]
     try:
-        runpy.run_path(str(ROOT / tool), run_name='__main__')
+        with own_runner_instances():
+            runpy.run_path(str(ROOT / tool), run_name='__main__')
     finally:
         sys.argv = argv
 

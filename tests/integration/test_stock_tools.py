@@ -15,7 +15,7 @@ import mmdet
 import mmseg
 import pytest
 
-from helpers import ROOT, hide_payload
+from helpers import ROOT, hide_payload, own_runner_instances
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
@@ -28,7 +28,7 @@ def stock_tool(package, name: str) -> str:
 
 def run_here(tool: str, *args, cwd: Path) -> None:
     """Run a stock tool in this process, from a user's folder (not this repository)."""
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, own_runner_instances():
         patch.chdir(cwd)
         patch.setattr(sys, 'argv', [tool, *map(str, args)])
         runpy.run_path(tool, run_name='__main__')

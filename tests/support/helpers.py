@@ -2,6 +2,7 @@
 capability checks and a repository-cleanliness snapshot. Test files import this, never each other."""
 import contextlib
 import io
+import logging
 import os
 import runpy
 import shutil
@@ -209,13 +210,41 @@ def run(cmd: Sequence[str], timeout: float = 600, env: Optional[Dict[str, str]] 
     return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
 
 
+def _manager_classes(cls: type) -> Iterator[type]:
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _manager_classes(sub)
+
+
+@contextlib.contextmanager
+def own_runner_instances() -> Iterator[None]:
+    """Forget the MMEngine logger, message hub and visualizer instances a run in this process made.
+
+    A Runner names them after its config file and the current second, and ``get_instance`` hands
+    back an existing instance of that name: a second run of one config within the same second, in
+    the same process, would log into the first run's file and work dir. A tool run in a process of
+    its own never meets this; in-process runs of the tests would, on a fast machine."""
+    from mmengine.utils import ManagerMixin
+    before = {cls: set(cls._instance_dict) for cls in _manager_classes(ManagerMixin)}
+    try:
+        yield
+    finally:
+        for cls in _manager_classes(ManagerMixin):
+            for name in set(cls._instance_dict) - before.get(cls, set()):
+                instance = cls._instance_dict.pop(name)
+                for handler in list(getattr(instance, 'handlers', ())):
+                    if isinstance(handler, logging.FileHandler):
+                        handler.close()
+                        instance.removeHandler(handler)
+
+
 def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
     """A tool of tools/ that stops before it builds a Runner (a refusal, bad input), run in this
     process: an interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
     stderr what it wrote there followed by its exit message or traceback."""
     stderr = io.StringIO()
     code = 0
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr), own_runner_instances():
         patch.chdir(cwd)
         patch.setattr(sys, 'argv', [str(ROOT / tool), *map(str, args)])
         try:

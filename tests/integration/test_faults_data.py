@@ -17,7 +17,7 @@ from mmengine.registry import DefaultScope
 from PIL import Image
 
 from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
-from helpers import ROOT, SUPPORT, read_log, run, tiny_seg_config, train_cmd
+from helpers import ROOT, SUPPORT, launch_env, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
 from xcit_dense.datasets.problems import summary
 
@@ -266,12 +266,16 @@ def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path)
     limit) and a polygon of 4e8 pixels' extent (before, pycocotools' rasteriser failed its allocation
     and the process died with a segfault) go through the real mmdet datasets and pipeline in a
     process whose address space is capped at its size + 1 GiB: each is refused, by kind, before
-    anything is allocated for it. The validation datasets (test_mode) keep the polygon for the
+    anything is allocated for it, and no temporary file is left behind. The validation datasets (test_mode) keep the polygon for the
     sample check to stop at."""
     root = tmp_path / 'coco'
     write_bomb_coco(root)
-    proc = run([sys.executable, str(SUPPORT / 'capped_load.py'), str(root)], timeout=300)
+    opencv_temp = tmp_path / 'opencv_temp'  # where OpenCV's decoders that need a file copy a buffer
+    opencv_temp.mkdir()
+    proc = run([sys.executable, str(SUPPORT / 'capped_load.py'), str(root)], timeout=300,
+               env=launch_env(OPENCV_TEMP_PATH=opencv_temp))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(opencv_temp.iterdir())  # the refused HDR image left no copy behind
     results = json.loads(proc.stdout.splitlines()[-1])
     # CheckedCocoDataset drops the bomb when it reads the file; behind a plain CocoDataset, the sample
     # guard refuses the image against the real image's size

@@ -4,10 +4,10 @@ folder, a file that exists, a header whose size is within a pixel limit (a few b
 pipelines use (OpenCV for images, PIL for label maps), so that a check and training agree on what
 is readable.
 
-Headers are read by PIL. A format PIL does not read (Radiance HDR, OpenEXR, ...) reaches OpenCV
-alone, whose own pixel limit applies (``xcit_dense/pixel_limit.py``). EXIF orientation is ignored:
-images are decoded as stored, as their annotations are drawn (the configs load images with
-``color_type='color_ignore_orientation'``).
+Headers are read by PIL. An image in a format PIL does not read (Radiance HDR, OpenEXR, ...) is
+decoded by OpenCV, whose own pixel limit applies (``xcit_dense/pixel_limit.py``). EXIF orientation
+is ignored: images are decoded as stored, as their annotations are drawn (the configs load images
+with ``color_type='color_ignore_orientation'``).
 
 Paths are judged normalised (``..`` and absolute names), never resolved: a ``data/coco`` that is
 a symbolic link to the real data is the usual setup, not an escape. So a link inside the data
@@ -58,10 +58,11 @@ def _headers_of_any_size() -> Iterator[None]:
 
 def decode_image(path: str) -> np.ndarray:
     """The image as the pipelines decode it (OpenCV, BGR, EXIF orientation ignored); raises
-    ``BadSample`` when OpenCV cannot read it or it is over OpenCV's pixel limit."""
-    data = np.fromfile(path, np.uint8)
+    ``BadSample`` when OpenCV cannot read it or it is over OpenCV's pixel limit. Read from the file
+    (the pipelines decode the same bytes from memory: the same decoders and limits), so that no
+    temporary copy is left behind (see ``check_image_file``)."""
     try:
-        image = cv2.imdecode(data, OPENCV_FLAGS)
+        image = cv2.imread(path, OPENCV_FLAGS)
     except cv2.error as exc:
         if 'validateInputImageSize' in str(exc):
             raise BadSample(TOO_MANY_PIXELS, path, f'over the limit of OpenCV, which decodes it: '
@@ -76,8 +77,10 @@ def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX
                      decode: bool = False) -> Optional[Tuple[int, int]]:
     """The (height, width) its header declares, after checking it against ``max_pixels``; with
     ``decode`` the whole file is decoded too, by the pipelines' decoder (OpenCV for an image, PIL
-    for a label map). Without ``decode``, None for a format PIL does not read (OpenCV's own limit
-    then applies when it is decoded). Raises ``BadSample`` (missing, unreadable, over the limit)."""
+    for a label map). An image in a format PIL does not read is always decoded by OpenCV, from its
+    file, under OpenCV's own limit: the pipeline decodes a copy in memory, which for these formats
+    (Radiance HDR, ...) OpenCV writes to a temporary file that it leaves behind when it refuses the
+    image. Raises ``BadSample`` (missing, unreadable, over the limit)."""
     missing, unreadable = _KINDS[what]
     if not os.path.isfile(path):
         raise BadSample(missing, path, 'no such file')
@@ -92,8 +95,11 @@ def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX
             if decode and what == LABEL_MAP:
                 image.load()
     except UnidentifiedImageError:
-        if decode and what == LABEL_MAP:
-            raise BadSample(unreadable, path, f'PIL cannot read it ({what})') from None
+        if what == LABEL_MAP:
+            if decode:
+                raise BadSample(unreadable, path, f'PIL cannot read it ({what})') from None
+        else:  # OpenCV alone knows its size; refused here, before the pipeline meets it
+            decode = True
     except BadSample:
         raise
     except Exception as exc:  # PIL's errors for damaged files: OSError, SyntaxError, zlib's, ...

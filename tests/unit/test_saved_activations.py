@@ -1,4 +1,5 @@
-"""What the blocks keep for the backward: the recomputing autograd functions and ``with_cp='selective'``.
+"""What the blocks keep for the backward: the recomputing autograd functions, the layer scales folded
+into the weights and ``with_cp='selective'``.
 
 The functions are checked by ``gradcheck`` and against the plain operators (in float64, under
 autocast, where a norm is clamped); the whole layers against timm in test_cpu_layouts.py. The
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from xcit_dense.models.cpu_layouts import reference_layout
-from xcit_dense.models import layers
+from xcit_dense.models import layers, recompute
 from xcit_dense.models.layers import XCA, Mlp
 from xcit_dense.models.recompute import GeluLinear, NormalizedGram
 
@@ -98,6 +99,52 @@ def test_mlp_keeps_no_gelu_output_and_xca_no_normalised_copies(layout, monkeypat
         monkeypatch.setattr(layers, 'wants_saving_functions', lambda t: False)
         plain_kept = _saved_bytes(xca, x.clone())
     assert plain_kept - kept >= 2 * B * N * C * 4, (plain_kept, kept)  # and F.normalize's clamped norms
+
+
+def _block_step(block, x, seed):
+    """A training forward and backward of ``block`` under ``seed`` (its drop path): output and gradients."""
+    torch.manual_seed(seed)
+    x = x.detach().clone().requires_grad_()
+    out = block(x, 8, 8)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    grads = {name: p.grad.clone() for name, p in block.named_parameters()}
+    block.zero_grad(set_to_none=True)
+    return out.detach(), x.grad, grads
+
+
+@pytest.mark.parametrize('layout', ['cpu layouts', 'reference layout'])
+def test_blocks_fold_their_layer_scales_into_the_weights(layout, monkeypatch):
+    """In training the three layer scales are folded into the sub-layers' last weights: no sub-layer
+    output of the tokens' size is kept for the scales' gradients (the scaled weights are kept
+    instead), with the plain block's output and gradients (float64, drop path replayed)."""
+    torch.manual_seed(0)
+    B, N, C = 2, 64, 16
+    block, x = layers.XCABlock(C, 4, drop_path_rate=0.5).double().train(), torch.randn(B, N, C).double()
+    with torch.no_grad():
+        for gamma in (block.gamma1, block.gamma2, block.gamma3):
+            gamma.uniform_(0.1, 0.5)
+    with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
+        kept, folded = _saved_bytes(block, x.clone(), 8, 8), _block_step(block, x, seed=3)
+        monkeypatch.setattr(layers, 'folds_layer_scale', lambda *args: False)
+        plain_kept, plain = _saved_bytes(block, x.clone(), 8, 8), _block_step(block, x, seed=3)
+    scaled_weights = 8 * (C * C + 4 * C * C + 9 * C)  # proj, fc2, conv2 (float64)
+    assert plain_kept - kept >= 3 * B * N * C * 8 - scaled_weights, (plain_kept, kept)
+    torch.testing.assert_close(folded, plain, rtol=1e-10, atol=1e-12)
+
+
+def test_layer_scales_stay_outside_float16_products():
+    """Under float16 autocast (or on float16 inputs) the scale multiplies the sub-layer's output, as
+    in the plain block: a weight times the deep presets' scale of 1e-5 can fall out of float16's
+    normal range. bfloat16 has float32's range: folded."""
+    gamma, x = torch.nn.Parameter(torch.full((4,), 1e-5)), torch.randn(2, 4)
+    assert recompute.folds_layer_scale(gamma, x)
+    assert not recompute.folds_layer_scale(gamma, x.half())
+    with torch.autocast('cpu', dtype=torch.float16):
+        assert not recompute.folds_layer_scale(gamma, x)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert recompute.folds_layer_scale(gamma, x)
+    with torch.no_grad():
+        assert not recompute.folds_layer_scale(gamma, x)
 
 
 def _held_after_forward(model, x) -> int:

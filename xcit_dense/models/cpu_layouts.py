@@ -7,10 +7,12 @@ call, the one switch between the two: traced, exported or compiled graphs (FLOPs
 """
 import contextvars
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 from torch import nn
+
+from .recompute import scaled_layer, scaled_weights
 
 _ENABLED = contextvars.ContextVar('xcit_cpu_layouts', default=True)
 
@@ -38,8 +40,9 @@ def gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
     return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
 
 
-def xca(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``layers.XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection.
+def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``layers.XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection
+    (and ``scale``, where given, into the projection's weight and bias).
 
     The token-axis L2 norms become column sums and scale the small (d x d) products instead
     of q and k; the (d x d) maps times the projection weight make one (C x C) matrix per
@@ -56,15 +59,17 @@ def xca(attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
     gram = torch.stack([qb @ kb for qb, kb in zip(q, k)])  # one image at a time: strided, no copy
     weights = gram * (inv[:, 0, :, :, None] * inv[:, 1, :, None, :]) * attn.temperature
     weights = attn.attn_drop(weights.softmax(dim=-1))
-    folded = weights.transpose(-2, -1) @ attn.proj.weight.t().view(heads, d, C)
-    return attn.proj_drop(torch.baddbmm(attn.proj.bias, v, folded.reshape(B, C, C)))
+    proj_weight, proj_bias = scaled_weights(attn.proj, scale)
+    folded = weights.transpose(-2, -1) @ proj_weight.t().view(heads, d, C)
+    return attn.proj_drop(torch.baddbmm(proj_bias, v, folded.reshape(B, C, C)))
 
 
-def lpi(lpi: nn.Module, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+def lpi(lpi: nn.Module, x: torch.Tensor, height: int, width: int,
+        scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``layers.LPI`` on the tokens seen as a channels_last map: no copy either way."""
     B, N, C = x.shape
     x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
-    x = lpi.conv2(lpi.bn(gelu(lpi.act, lpi.conv1(x))))
+    x = scaled_layer(lpi.conv2, lpi.bn(gelu(lpi.act, lpi.conv1(x))), scale)
     return x.permute(0, 2, 3, 1).reshape(B, N, C)
 
 

@@ -5,7 +5,7 @@ unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, 
 reference layout, the model as defined; eager CPU runs take the CPU layouts of ``cpu_layouts.py``.
 """
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,8 @@ from torch import nn
 from . import cpu_layouts
 from .cpu_layouts import use_cpu_layouts
 from .presets import check_patch_size
-from .recompute import GeluLinear, NormalizedGram, wants_saving_functions
+from .recompute import (GeluLinear, NormalizedGram, folds_layer_scale, scaled_layer, scaled_weights,
+                        wants_saving_functions)
 
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
@@ -100,10 +101,11 @@ class XCA(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """q, k, v as (B, heads, d, N), normalised along the token axis."""
+    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """q, k, v as (B, heads, d, N), normalised along the token axis; the output times ``scale``
+        per channel (folded into the projection) where given."""
         if use_cpu_layouts(x):
-            return cpu_layouts.xca(self, x)
+            return cpu_layouts.xca(self, x, scale)
         B, N, C = x.shape
         # (3, B, heads, d, N): attention runs over channels, the tokens are the feature axis
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
@@ -115,7 +117,7 @@ class XCA(nn.Module):
             attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
         attn = self.attn_drop(attn.softmax(dim=-1))
         x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(scaled_layer(self.proj, x, scale))
 
 
 @MODELS.register_module()
@@ -131,12 +133,15 @@ class LPI(nn.Module):
         self.bn = build_norm_layer(norm_cfg, embed_dims)[1]
         self.conv2 = nn.Conv2d(embed_dims, embed_dims, kernel_size, padding=padding, groups=embed_dims)
 
-    def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, height: int, width: int,
+                scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The (B, N, C) tokens of a height x width grid; the output times ``scale`` per channel
+        (folded into the second convolution) where given."""
         if use_cpu_layouts(x):
-            return cpu_layouts.lpi(self, x, height, width)
+            return cpu_layouts.lpi(self, x, height, width, scale)
         B, N, C = x.shape
         x = x.transpose(1, 2).reshape(B, C, height, width)
-        x = self.conv2(self.bn(self.act(self.conv1(x))))
+        x = scaled_layer(self.conv2, self.bn(self.act(self.conv1(x))), scale)
         return x.reshape(B, C, N).transpose(1, 2)
 
 
@@ -150,12 +155,13 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The output times ``scale`` per channel (folded into fc2) where given."""
         x = self.fc1(x)
         if self.drop.p == 0 and wants_saving_functions(x):  # fc2(GELU(x)), GELU's output not kept
-            return GeluLinear.apply(x, self.fc2.weight, self.fc2.bias, self.act.approximate)
+            return GeluLinear.apply(x, *scaled_weights(self.fc2, scale), self.act.approximate)
         x = cpu_layouts.gelu(self.act, x) if use_cpu_layouts(x) else self.act(x)
-        return self.drop(self.fc2(self.drop(x)))
+        return self.drop(scaled_layer(self.fc2, self.drop(x), scale))
 
 
 @MODELS.register_module()
@@ -178,6 +184,12 @@ class XCABlock(nn.Module):
         self.gamma2 = nn.Parameter(eta * torch.ones(embed_dims))
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        if folds_layer_scale(self.gamma1, x):
+            # training: each layer scale folded into its sub-layer's last weights, the same function;
+            # autograd then keeps no sub-layer output (of the tokens' size) for the scale's gradient
+            x = x + self.drop_path(self.attn(self.norm1(x), scale=self.gamma1))
+            x = x + self.drop_path(self.local_mp(self.norm3(x), height, width, scale=self.gamma3))
+            return x + self.drop_path(self.mlp(self.norm2(x), scale=self.gamma2))
         x = self._residual(x, self.gamma1, self.attn(self.norm1(x)))
         x = self._residual(x, self.gamma3, self.local_mp(self.norm3(x), height, width))
         return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))

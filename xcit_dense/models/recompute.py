@@ -1,14 +1,19 @@
-"""Autograd functions that keep less for the backward than the operators they combine.
+"""What the XCiT layers do in training to keep less for the backward than the plain operators.
 
-Each recomputes a cheap pointwise result from a tensor autograd keeps anyway, instead of saving a
-second tensor of the same size: the same function and gradients as the plain operators (checked by
-``gradcheck`` and against timm's gradients in the tests), on every device. Under autocast they
-compute in the dtypes autocast gives the plain operators (matrix products in the autocast dtype,
-norms in float32); their backward casts the same way. The layers use them only where a gradient is
-wanted and nothing traces the graph (FLOP counting, ONNX export see the plain operators).
+The autograd functions recompute a cheap pointwise result from a tensor autograd keeps anyway,
+instead of saving a second tensor of the same size: the same function and gradients as the plain
+operators (checked by ``gradcheck`` and against timm's gradients in the tests), on every device.
+Under autocast they compute in the dtypes autocast gives the plain operators (matrix products in
+the autocast dtype, norms in float32); their backward casts the same way. ``scaled_weights`` folds
+the blocks' layer scales into the weights before them, so that nothing of the tokens' size is kept
+for the scales' gradients. The layers use all this only where a gradient is wanted and nothing
+traces the graph (FLOP counting, ONNX export see the plain operators).
 """
+from typing import Optional, Tuple
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.autograd.function import once_differentiable
 
 
@@ -78,6 +83,38 @@ def _normalize_backward(grad_unit: torch.Tensor, unit: torch.Tensor, norm: torch
     grad_unit = grad_unit.to(unit.dtype)
     radial = unit * (unit * grad_unit).sum(-1, keepdim=True)
     return torch.where(norm >= eps, (grad_unit - radial) / norm.clamp_min(eps), grad_unit / eps)
+
+
+def scaled_weights(layer: nn.Module, scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``layer``'s weight and bias times ``scale`` per output channel (the weight's first axis), so
+    that the layer computes ``scale * layer(x)``. A layer scale folded so costs a product of the
+    weight's size, and autograd keeps nothing of the tokens' size for the scale's gradient (the
+    product ``scale * y`` keeps ``y``): the gradient reaches the scale through the weight's."""
+    if scale is None:
+        return layer.weight, layer.bias
+    weight = layer.weight * scale.view((-1,) + (1,) * (layer.weight.dim() - 1))
+    return weight, None if layer.bias is None else layer.bias * scale
+
+
+def scaled_layer(layer: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
+    """``scale * layer(x)`` through ``scaled_weights`` for a Linear or Conv2d ``layer``; without
+    ``scale``, the layer's own call."""
+    if scale is None:
+        return layer(x)
+    weight, bias = scaled_weights(layer, scale)
+    if isinstance(layer, nn.Conv2d):
+        return layer._conv_forward(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def folds_layer_scale(scale: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether a block folds its layer ``scale`` into the weights before it (``scaled_weights``) on
+    input ``x``: where autograd records the scale, except where the products run in float16, whose
+    normal range a scaled weight can leave (the deep presets' scale of 1e-5 times a weight of 0.02),
+    as ``scale * y`` never does."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    return wants_saving_functions(scale) and dtype != torch.float16
 
 
 def wants_saving_functions(x: torch.Tensor) -> bool:

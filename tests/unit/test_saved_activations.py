@@ -147,6 +147,21 @@ def test_layer_scales_stay_outside_float16_products():
         assert not recompute.folds_layer_scale(gamma, x)
 
 
+@pytest.mark.parametrize('layout', ['cpu layouts', 'reference layout'])
+def test_folded_blocks_keep_the_residual_stream_in_float32_under_autocast(layout, monkeypatch):
+    """``gamma * y`` is float32 under bfloat16 autocast (a float32 scale): the folded block's residual
+    stream stays in float32 too, with the plain block's values."""
+    torch.manual_seed(0)
+    block, x = layers.XCABlock(32, 4).train(), torch.randn(2, 16, 32).bfloat16()
+    with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            folded = block(x.clone().requires_grad_(), 4, 4)
+            monkeypatch.setattr(layers, 'folds_layer_scale', lambda *args: False)
+            plain = block(x.clone().requires_grad_(), 4, 4)
+    assert folded.dtype == plain.dtype == torch.float32
+    torch.testing.assert_close(folded, plain, rtol=2e-2, atol=2e-2)
+
+
 def _held_after_forward(model, x) -> int:
     """Bytes of tensors a training forward leaves allocated (outputs and what the backward needs),
     from the profiler's allocation events: checkpointing keeps its tensors outside saved-tensor hooks."""

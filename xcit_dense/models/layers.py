@@ -187,12 +187,17 @@ class XCABlock(nn.Module):
         if folds_layer_scale(self.gamma1, x):
             # training: each layer scale folded into its sub-layer's last weights, the same function;
             # autograd then keeps no sub-layer output (of the tokens' size) for the scale's gradient
-            x = x + self.drop_path(self.attn(self.norm1(x), scale=self.gamma1))
-            x = x + self.drop_path(self.local_mp(self.norm3(x), height, width, scale=self.gamma3))
-            return x + self.drop_path(self.mlp(self.norm2(x), scale=self.gamma2))
+            x = self._add(x, self.gamma1, self.attn(self.norm1(x), scale=self.gamma1))
+            x = self._add(x, self.gamma3, self.local_mp(self.norm3(x), height, width, scale=self.gamma3))
+            return self._add(x, self.gamma2, self.mlp(self.norm2(x), scale=self.gamma2))
         x = self._residual(x, self.gamma1, self.attn(self.norm1(x)))
         x = self._residual(x, self.gamma3, self.local_mp(self.norm3(x), height, width))
         return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))
+
+    def _add(self, x: torch.Tensor, gamma: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
+        """x + drop_path(scaled), ``scaled`` a sub-layer's output with ``gamma`` folded in, in the dtype
+        of ``gamma * y`` (under autocast: float32, the residual stream's, not the products')."""
+        return x + self.drop_path(scaled.to(torch.promote_types(scaled.dtype, gamma.dtype)))
 
     def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x + drop_path(gamma * y)."""

@@ -6,5 +6,7 @@ the ``xcit_dense`` package. ``catalogue``: the models measured; ``measure``: one
 ``targets``); ``report``: the table, CSV and plot; ``linearity``: the time and
 memory growth check against timm; ``profile_ops``: one block's time per sub-layer and operator;
 ``sizes``: square and non-square image sizes; ``cli``: the command line over them, which
-``tools/benchmark.py`` runs.
+``tools/benchmark.py`` runs. ``whole_model``: whole detectors and segmentors side by side
+(``tools/benchmark_whole_models.py``); ``backward_ops`` and ``saved_activations``, scripts of their own:
+the training step's backward per operator and what it keeps for it.
 """

@@ -76,8 +76,9 @@ class PartTimer:
         return lambda: delattr(owner, method)
 
 
-def backward_seconds(events: Iterable) -> Dict[str, float]:
-    """Seconds of the backward pass per part whose forward built each autograd node (``other``: the rest).
+def backward_node_seconds(events: Iterable) -> Dict[Tuple[str, str], float]:
+    """Seconds of the backward pass per (part whose forward built the node, node name); ``other``:
+    nodes built outside the parts. A node's name is the forward operator's (``AddmmBackward0``).
 
     ``events`` are a profiled step's raw events (``prof.profiler.kineto_results.events()``): a
     forward operator and the backward node it recorded share a sequence number, and the operator
@@ -92,11 +93,35 @@ def backward_seconds(events: Iterable) -> Dict[str, float]:
             parts = [name for begin, end, name in ranges if begin <= e.start_ns() <= end]
             if parts and parts[-1] not in ('backward', 'optimizer'):
                 built_in.setdefault(e.sequence_nr(), parts[-1])
-    seconds: Dict[str, float] = {}
+    seconds: Dict[Tuple[str, str], float] = {}
     for e in events:
         if e.name().startswith(BACKWARD_EVENT):
-            part = built_in.get(e.sequence_nr(), 'other')
-            seconds[part] = seconds.get(part, 0.0) + e.duration_ns() / 1e9
+            key = built_in.get(e.sequence_nr(), 'other'), e.name()[len(BACKWARD_EVENT):]
+            seconds[key] = seconds.get(key, 0.0) + e.duration_ns() / 1e9
+    return seconds
+
+
+def backward_seconds(events: Iterable) -> Dict[str, float]:
+    """Seconds of the backward pass per part whose forward built each autograd node (see
+    ``backward_node_seconds``)."""
+    seconds: Dict[str, float] = {}
+    for (part, _), s in backward_node_seconds(events).items():
+        seconds[part] = seconds.get(part, 0.0) + s
+    return seconds
+
+
+def backward_aten_seconds(function_events: Iterable) -> Dict[str, float]:
+    """Self seconds per ATen operator run inside the backward (``prof.events()``): the kernels the
+    backward nodes spend their time in."""
+    seconds: Dict[str, float] = {}
+    for e in function_events:
+        if not e.name.startswith('aten::'):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and parent.name != PROFILE_TAG + 'backward':
+            parent = parent.cpu_parent
+        if parent is not None:
+            seconds[e.name] = seconds.get(e.name, 0.0) + e.self_cpu_time_total / 1e6
     return seconds
 
 
@@ -203,12 +228,16 @@ class WholeModel:
         total = time.perf_counter() - start
         return dict(self.timer.seconds, other=total - sum(self.timer.seconds.values()), total=total)
 
-    def backward_parts(self) -> Dict[str, float]:
-        """One profiled training step's backward seconds per part that built the nodes (the profiler slows it)."""
+    def profiled_step(self):
+        """One training step under the profiler (which slows it); the profile."""
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             self.step('train')
-        return backward_seconds(prof.profiler.kineto_results.events())
+        return prof
+
+    def backward_parts(self) -> Dict[str, float]:
+        """One profiled training step's backward seconds per part that built the nodes."""
+        return backward_seconds(self.profiled_step().profiler.kineto_results.events())
 
     def peak_tensor_bytes(self, mode: str) -> int:
         """Peak tensor bytes one step allocates above what is live before it (weights, AdamW state)."""

@@ -7,9 +7,11 @@ inference at ``--batch`` and 1 image, the models alternated (``--rounds``, media
 part, the peak tensor memory of one step (profiler allocation events, above the weights and AdamW
 state), the backward pass per part (one profiled step's split of the timed backward: each
 autograd node counted in the part whose forward built it), and the GPU-comparable training
-memory: weights, gradients and AdamW moments (fp32) plus that peak. ``--extra MODEL`` adds a model measured at batch 1 beside the pair's first stock model
-(e.g. ``mask_rcnn_xcit_s12_p8``, whose batch 2 step exceeds this machine's memory). Example (the
-command of docs/benchmark/whole_models.md)::
+memory: weights, gradients and AdamW moments (fp32) plus that peak. ``--extra MODEL`` adds a model
+measured at batch 1 beside the pair's first stock model (e.g. ``mask_rcnn_xcit_s12_p8``, whose
+batch 2 step exceeds this machine's memory); ``--variants with_cp=selective`` the pair's first model
+with that option, side by side with the pair. Example (the command of
+docs/benchmark/whole_models.md)::
 
     PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task det --rounds 3 --threads 2 \\
         --out docs/benchmark/whole_models_det.md
@@ -30,6 +32,9 @@ from benchmarks.whole_model import WholeModel, side_by_side  # noqa: E402
 PAIRS = {'det': (('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t'), (800, 1333)),
          'seg': (('upernet_xcit_s12_p16', 'upernet_swin_t'), (512, 512))}
 GIB = 2 ** 30
+# config options of the pair's first model, measured beside it with --variants
+VARIANTS = {'with_cp=selective': {'model.backbone.with_cp': 'selective'},
+            'with_cp=True': {'model.backbone.with_cp': True}}
 
 
 def table(title: str, names: List[str], results: Dict[str, Dict[str, float]], peaks: Optional[Dict[str, int]] = None,
@@ -77,9 +82,21 @@ def roi_check(names: List[str], size, batch: int, rounds: int, instances: int) -
     return lines + ['']
 
 
-def measure(names: List[str], size, batches: List[int], rounds: int, instances: int) -> List[str]:
-    """Build ``names`` and measure them side by side; the report's lines."""
-    models = [WholeModel(n, size, batches[0], instances) for n in names]
+def build(names: List[str], size, batch: int, instances: int, variants: List[str] = ()) -> List[WholeModel]:
+    """The catalogue models ``names``, and the first one's ``variants`` (``VARIANTS``) before the last."""
+    models = [WholeModel(n, size, batch, instances) for n in names]
+    for variant in variants:
+        model = WholeModel(names[0], size, batch, instances, options=VARIANTS[variant])
+        model.name = f'{names[0]} {variant}'
+        models.insert(len(models) - 1, model)
+    return models
+
+
+def measure(names: List[str], size, batches: List[int], rounds: int, instances: int,
+            variants: List[str] = ()) -> List[str]:
+    """Build ``names`` (and ``variants``) and measure them side by side; the report's lines."""
+    models = build(names, size, batches[0], instances, variants)
+    names = [m.name for m in models]
     lines = ['| model | params | weights + grads + AdamW (fp32) |', '|---|---|---|']
     lines += [f'| {m.name} | {m.params / 1e6:.2f} M | {m.state_bytes() / GIB:.2f} GiB |' for m in models]
     lines.append('')
@@ -111,6 +128,8 @@ def main() -> None:
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--instances', type=int, default=7, help="per image (COCO's mean is 7.3)")
     parser.add_argument('--extra', nargs='*', default=[], help='models measured at batch 1 beside the stock one')
+    parser.add_argument('--variants', nargs='*', default=[], choices=sorted(VARIANTS),
+                        help="the pair's first model with these options too, side by side with the pair")
     parser.add_argument('--roi-check', action='store_true',
                         help="only the RoI heads' training forward with the RPN's proposals and with fixed ones")
     parser.add_argument('--out', help='write the Markdown report here too')
@@ -129,13 +148,14 @@ def main() -> None:
     if args.roi_check:
         lines += roi_check(list(names), size, args.batch, args.rounds, args.instances)
     else:
-        lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances)
+        lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances, args.variants)
     for extra in args.extra:
         lines += [f'## {extra} at batch 1 beside {names[-1]}', '']
         lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances)
     lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
               f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} --instances {args.instances}'
               + (f' --extra {" ".join(args.extra)}' if args.extra else '') + (' --roi-check' if args.roi_check else '')
+              + (f' --variants {" ".join(args.variants)}' if args.variants else '')
               + '`; '
               f'{time.time() - start:.0f} s in all, load average {load:.1f} at the start, '
               f'{os.getloadavg()[0]:.1f} at the end.', '']

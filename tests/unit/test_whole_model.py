@@ -5,7 +5,8 @@ import time
 import pytest
 import torch
 
-from benchmarks.whole_model import PartTimer, WholeModel, side_by_side
+from benchmarks.whole_model import (PartTimer, WholeModel, backward_aten_seconds, backward_node_seconds,
+                                    side_by_side)
 
 C = 32  # channels of the tiny model's neck and heads
 TINY = {'model.backbone.depth': 4, 'model.backbone.out_indices': [0, 1, 2, 3],
@@ -50,6 +51,19 @@ def test_backward_is_split_where_the_forward_built_it(detector):
     assert all(v >= 0 for v in backward.values())
     assert backward['backbone'] > backward['neck']  # four XCiT blocks against the tiny FPN
     assert backward.get('other', 0) < 0.2 * sum(backward.values())
+
+
+def test_backward_per_node_and_operator(detector):
+    """benchmarks/backward_ops.py's two views of one profiled step: nodes named by their forward
+    operator in the part that built them (XCiT's MLP node in the backbone), and the ATen kernels
+    inside the backward only (no forward convolution's kernel)."""
+    prof = detector.profiled_step()
+    nodes = backward_node_seconds(prof.profiler.kineto_results.events())
+    assert ('backbone', 'GeluLinearBackward') in nodes and ('neck', 'ConvolutionBackward0') in nodes
+    assert not any(node.startswith('aten::') for _, node in nodes)
+    aten = backward_aten_seconds(prof.events())
+    assert 'aten::convolution_backward' in aten and 'aten::mkldnn_convolution' not in aten
+    assert sum(aten.values()) < 1.05 * sum(nodes.values())  # self times of what the nodes ran
 
 
 def test_peak_tensor_memory_of_a_step(detector):

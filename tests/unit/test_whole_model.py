@@ -1,10 +1,9 @@
 """The whole-model benchmark's measuring code on a tiny Mask R-CNN at 64x96: per-part forward and
 backward times, and peak tensor memory, come out with the parts and the sizes they should have."""
-import time
-
 import pytest
 import torch
 
+from benchmarks import whole_model
 from benchmarks.whole_model import (PartTimer, WholeModel, backward_aten_seconds, backward_node_seconds,
                                     side_by_side)
 
@@ -22,14 +21,16 @@ def detector():
     return WholeModel('mask_rcnn_xcit_t12_p16', (64, 96), 1, instances=2, options=TINY)
 
 
-def test_a_part_run_inside_another_counts_only_in_the_inner_one():
+def test_a_part_run_inside_another_counts_only_in_the_inner_one(monkeypatch):
+    now = [100.0]  # the timer's clock, advanced by hand
+    monkeypatch.setattr(whole_model.time, 'perf_counter', lambda: now[0])
     timer = PartTimer()
     with timer.part('outer'):
-        time.sleep(0.02)
+        now[0] += 2
         with timer.part('inner'):
-            time.sleep(0.05)
-    assert timer.seconds['outer'] == pytest.approx(0.02, abs=0.015)
-    assert timer.seconds['inner'] == pytest.approx(0.05, abs=0.015)
+            now[0] += 5
+        now[0] += 1
+    assert timer.seconds == {'outer': 3, 'inner': 5}
 
 
 def test_training_step_and_inference_are_timed_per_part(detector):

@@ -15,6 +15,7 @@ the seconds with the timed steps of ``tools/benchmark_whole_models.py``. On a CP
 layouts; ``--layout reference`` runs what GPUs run.
 
     PYTHONPATH=. python benchmarks/backward_ops.py --size 800 1333 --batch 2 --rounds 2 --top 15
+    PYTHONPATH=. python benchmarks/backward_ops.py --by-shape aten::convolution_backward --top 25
 """
 import argparse
 import contextlib
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
+from mmengine.logging import MMLogger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.whole_model import (WholeModel, backward_aten_seconds,  # noqa: E402
@@ -33,8 +35,9 @@ from benchmarks.whole_model import (WholeModel, backward_aten_seconds,  # noqa: 
 MODELS = ('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t')
 
 
-def profile_rounds(models: List[WholeModel], rounds: int, layout: str) -> Dict[str, dict]:
-    """Per model: median seconds per (part, node) and per backward ATen operator, over ``rounds``."""
+def profile_rounds(models: List[WholeModel], rounds: int, layout: str, by_shape: List[str] = ()) -> Dict[str, dict]:
+    """Per model: median seconds per (part, node) and per backward ATen operator (those of
+    ``by_shape`` per input shapes), over ``rounds``."""
     from xcit_dense.models.cpu_layouts import reference_layout
     runs = {m.name: {'nodes': [], 'aten': []} for m in models}
     context = reference_layout if layout == 'reference' else contextlib.nullcontext
@@ -43,9 +46,9 @@ def profile_rounds(models: List[WholeModel], rounds: int, layout: str) -> Dict[s
             m.step('train')  # warm-up
         for r in range(rounds):
             for m in models[r % len(models):] + models[:r % len(models)]:
-                prof = m.profiled_step()
+                prof = m.profiled_step(record_shapes=bool(by_shape))
                 runs[m.name]['nodes'].append(backward_node_seconds(prof.profiler.kineto_results.events()))
-                runs[m.name]['aten'].append(backward_aten_seconds(prof.events()))
+                runs[m.name]['aten'].append(backward_aten_seconds(prof.events(), by_shape))
                 print(f'round {r + 1}: {m.name} profiled', file=sys.stderr)
     return {name: {kind: _medians(done) for kind, done in run.items()} for name, run in runs.items()}
 
@@ -102,14 +105,17 @@ def main() -> None:
     parser.add_argument('--instances', type=int, default=7, help='boxes and masks per image')
     parser.add_argument('--layout', choices=('cpu', 'reference'), default='cpu')
     parser.add_argument('--top', type=int, default=15)
+    parser.add_argument('--by-shape', nargs='*', default=[], metavar='OP',
+                        help='ATen operators split by input shapes, e.g. aten::convolution_backward')
     args = parser.parse_args()
+    MMLogger.get_instance('mmengine', log_level='WARNING')  # not the weights' initialisation report
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.time()
     load = open('/proc/loadavg').read().split()[0]
     size: Tuple[int, int] = tuple(args.size)
     models = [WholeModel(name, size, args.batch, args.instances) for name in MODELS]
-    results = profile_rounds(models, args.rounds, args.layout)
+    results = profile_rounds(models, args.rounds, args.layout, args.by_shape)
     print(f'# The training step\'s backward per operator, batch {args.batch}, {size[0]}x{size[1]}\n')
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, XCiT layout {args.layout}; '
           f'random weights, {args.instances} boxes and masks per image; medians of {args.rounds} profiled '

@@ -120,14 +120,16 @@ def node_owners(model: nn.Module, run) -> Tuple[object, Dict]:
 
 @contextlib.contextmanager
 def plain_operators() -> Iterator[None]:
-    """XCiT's layers without the recomputing autograd functions (``models/recompute.py``)."""
+    """XCiT's layers without the recomputing autograd functions and the layer-scale fold
+    (``models/recompute.py``)."""
     from xcit_dense.models import layers
-    saving = layers.wants_saving_functions
+    saving, folding = layers.wants_saving_functions, layers.folds_layer_scale
     layers.wants_saving_functions = lambda x: False
+    layers.folds_layer_scale = lambda scale, x: False
     try:
         yield
     finally:
-        layers.wants_saving_functions = saving
+        layers.wants_saving_functions, layers.folds_layer_scale = saving, folding
 
 
 def measure(name: str, size: Tuple[int, int], batch: int, layout: str, plain: bool = False) -> dict:
@@ -176,7 +178,8 @@ def main() -> None:
     parser.add_argument('--with-cp', choices=('none', 'full', 'selective'), nargs='+', default=['none'],
                         help='checkpointing modes for the peak-memory table')
     parser.add_argument('--plain-operators', action='store_true',
-                        help="also XCiT without the recomputing autograd functions (what it saved before them)")
+                        help="also XCiT without the recomputing autograd functions and the layer-scale fold "
+                             "(what it saved before them)")
     parser.add_argument('--top', type=int, default=12)
     args = parser.parse_args()
     size = tuple(args.size)

@@ -110,9 +110,10 @@ def backward_seconds(events: Iterable) -> Dict[str, float]:
     return seconds
 
 
-def backward_aten_seconds(function_events: Iterable) -> Dict[str, float]:
+def backward_aten_seconds(function_events: Iterable, by_shape: Sequence[str] = ()) -> Dict[str, float]:
     """Self seconds per ATen operator run inside the backward (``prof.events()``): the kernels the
-    backward nodes spend their time in."""
+    backward nodes spend their time in. The operators named in ``by_shape`` are split by their
+    inputs' shapes (the profile recorded with shapes): which layer's kernel it was."""
     seconds: Dict[str, float] = {}
     for e in function_events:
         if not e.name.startswith('aten::'):
@@ -121,7 +122,10 @@ def backward_aten_seconds(function_events: Iterable) -> Dict[str, float]:
         while parent is not None and parent.name != PROFILE_TAG + 'backward':
             parent = parent.cpu_parent
         if parent is not None:
-            seconds[e.name] = seconds.get(e.name, 0.0) + e.self_cpu_time_total / 1e6
+            key = e.name
+            if e.name in by_shape:
+                key += ' ' + ' '.join(str(list(shape)) for shape in e.input_shapes if shape)
+            seconds[key] = seconds.get(key, 0.0) + e.self_cpu_time_total / 1e6
     return seconds
 
 
@@ -228,10 +232,10 @@ class WholeModel:
         total = time.perf_counter() - start
         return dict(self.timer.seconds, other=total - sum(self.timer.seconds.values()), total=total)
 
-    def profiled_step(self):
+    def profiled_step(self, record_shapes: bool = False):
         """One training step under the profiler (which slows it); the profile."""
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=record_shapes) as prof:
             self.step('train')
         return prof
 

@@ -17,13 +17,17 @@ from torch.nn.parallel import DistributedDataParallel
 from xcit_dense.models.cpu_layouts import reference_layout
 from xcit_dense.models import layers, recompute
 from xcit_dense.models.layers import XCA, Mlp
-from xcit_dense.models.recompute import GeluLinear, NormalizedGram
+from xcit_dense.models.recompute import GeluLinear, NormalizedGram, NormLinear
 
 from test_backbone import forward_backward
 
 
 def _plain_gelu_linear(h, weight, bias):
     return F.linear(F.gelu(h), weight, bias)
+
+
+def _plain_norm_linear(x, norm_weight, norm_bias, weight, bias):
+    return F.linear(F.layer_norm(x, x.shape[-1:], norm_weight, norm_bias, 1e-6), weight, bias)
 
 
 def _plain_gram(q, k, eps=1e-12):
@@ -45,6 +49,8 @@ def test_functions_pass_gradcheck():
                                         [t.requires_grad_() for t in (h, w, b)])
     q, k = torch.randn(2, 2, 3, 7, dtype=torch.double), torch.randn(2, 2, 3, 7, dtype=torch.double)
     assert torch.autograd.gradcheck(lambda *t: NormalizedGram.apply(*t, 1e-12), [t.requires_grad_() for t in (q, k)])
+    x, nw, nb = torch.randn(2, 5, 6, dtype=torch.double), torch.randn(6, dtype=torch.double), torch.randn(6, dtype=torch.double)
+    assert torch.autograd.gradcheck(lambda *t: NormLinear.apply(*t, 1e-6), [t.requires_grad_() for t in (x, nw, nb, w, b)])
 
 
 def test_functions_equal_the_plain_operators_also_where_a_norm_is_clamped():
@@ -52,6 +58,9 @@ def test_functions_equal_the_plain_operators_also_where_a_norm_is_clamped():
     h, w, b = torch.randn(4, 16), torch.randn(8, 16), torch.randn(8)
     got, want = _grads(lambda *t: GeluLinear.apply(*t, 'none'), h, w, b), _grads(_plain_gelu_linear, h, w, b)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    x, nw, nb = torch.randn(4, 16), torch.randn(16), torch.randn(16)
+    got = _grads(lambda *t: NormLinear.apply(*t, 1e-6), x, nw, nb, w, b)
+    torch.testing.assert_close(got, _grads(_plain_norm_linear, x, nw, nb, w, b), rtol=1e-5, atol=1e-6)
     q, k = torch.randn(1, 2, 4, 9, dtype=torch.double), torch.randn(1, 2, 4, 9, dtype=torch.double)
     q[0, 1, 2] *= 1e-4  # a row whose norm falls under eps: the clamped branch
     got = _grads(lambda *t: NormalizedGram.apply(*t, 1e-3), q, k)
@@ -62,13 +71,28 @@ def test_functions_under_autocast_give_the_plain_dtypes_and_values():
     torch.manual_seed(0)
     h, w, b = torch.randn(4, 16), torch.randn(8, 16), torch.randn(8)
     q, k = torch.randn(1, 2, 4, 32), torch.randn(1, 2, 4, 32)
+    x, nw, nb = torch.randn(4, 16), torch.randn(16), torch.randn(16)
+    norm_linear = lambda *t: NormLinear.apply(*t, 1e-6)  # noqa: E731
     for ours, plain, inputs in ((lambda *t: GeluLinear.apply(*t, 'none'), _plain_gelu_linear, (h.bfloat16(), w, b)),
-                                (lambda *t: NormalizedGram.apply(*t, 1e-12), _plain_gram, (q.bfloat16(), k.bfloat16()))):
+                                (lambda *t: NormalizedGram.apply(*t, 1e-12), _plain_gram, (q.bfloat16(), k.bfloat16())),
+                                (norm_linear, _plain_norm_linear, (x, nw, nb, w, b)),  # the float32 residual stream
+                                (norm_linear, _plain_norm_linear, (x.bfloat16(), nw, nb, w, b))):
         with torch.autocast('cpu', dtype=torch.bfloat16):
             got, want = _grads(ours, *inputs), _grads(plain, *inputs)
         assert got[0].dtype == want[0].dtype
         assert [g.dtype for g in got[1]] == [g.dtype for g in want[1]]
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+class _Normed(torch.nn.Module):
+    """``layer(x, norm=norm)``, as the block calls its MLP and XCA in training."""
+
+    def __init__(self, layer, norm):
+        super().__init__()
+        self.layer, self.norm = layer, norm
+
+    def forward(self, x):
+        return self.layer(x, norm=self.norm)
 
 
 def _saved_bytes(module, x, *args):
@@ -87,15 +111,19 @@ def _saved_bytes(module, x, *args):
 @pytest.mark.parametrize('layout', ['cpu layouts', 'reference layout'])
 def test_mlp_keeps_no_gelu_output_and_xca_no_normalised_copies(layout, monkeypatch):
     """The MLP saves its input and fc1's output only (GELU's output, 4x the embedding, is not kept);
-    XCA (reference layout, what GPUs run) saves two embedding-sized tensors less than with F.normalize."""
+    XCA (reference layout, what GPUs run) saves two embedding-sized tensors less than with F.normalize.
+    Given the block's norm, either keeps the norm's input instead of its output."""
     torch.manual_seed(0)
     B, N, C = 2, 50, 16
-    mlp, x = Mlp(C, 4 * C), torch.randn(B, N, C)
+    mlp, x, norm = Mlp(C, 4 * C), torch.randn(B, N, C), torch.nn.LayerNorm(C)
     with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
         assert _saved_bytes(mlp, x.clone()) == (B * N * C + B * N * 4 * C) * 4
+        # with the block's norm: its input kept, not its output (nor the norm's statistics)
+        assert _saved_bytes(_Normed(mlp, norm), x.clone()) == (B * N * C + B * N * 4 * C) * 4
     xca = XCA(C, num_heads=4)
     with reference_layout():
         kept = _saved_bytes(xca, x.clone())
+        assert _saved_bytes(_Normed(xca, norm), x.clone()) == kept  # the norm's output not kept either
         monkeypatch.setattr(layers, 'wants_saving_functions', lambda t: False)
         plain_kept = _saved_bytes(xca, x.clone())
     assert plain_kept - kept >= 2 * B * N * C * 4, (plain_kept, kept)  # and F.normalize's clamped norms

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from .recompute import scaled_layer, scaled_weights
+from .recompute import normed_linear, scaled_layer, scaled_weights
 
 _ENABLED = contextvars.ContextVar('xcit_cpu_layouts', default=True)
 
@@ -40,9 +40,10 @@ def gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
     return act(x) if x.requires_grad else torch.ops.aten.gelu_(x, approximate=act.approximate)
 
 
-def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
+        norm: Optional[nn.Module] = None) -> torch.Tensor:
     """``layers.XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection
-    (and ``scale``, where given, into the projection's weight and bias).
+    (and ``scale``, where given, into the projection's weight and bias; ``norm`` applied first).
 
     The token-axis L2 norms become column sums and scale the small (d x d) products instead
     of q and k; the (d x d) maps times the projection weight make one (C x C) matrix per
@@ -51,7 +52,7 @@ def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None) 
     """
     B, N, C = x.shape
     heads, d = attn.num_heads, C // attn.num_heads
-    qkv = attn.qkv(x)
+    qkv = normed_linear(norm, attn.qkv, x)
     q, k, v = qkv.split(C, dim=-1)
     sums = torch.ones(B, 1, N, dtype=x.dtype, device=x.device) @ qkv[..., :2 * C].square()
     inv = sums.sqrt().clamp_min(1e-12).reciprocal().view(B, 2, heads, d)

@@ -17,8 +17,8 @@ from torch import nn
 from . import cpu_layouts
 from .cpu_layouts import use_cpu_layouts
 from .presets import check_patch_size
-from .recompute import (GeluLinear, NormalizedGram, folds_layer_scale, scaled_layer, scaled_weights,
-                        wants_saving_functions)
+from .recompute import (GeluLinear, NormalizedGram, folds_layer_scale, normed_linear, scaled_layer,
+                        scaled_weights, wants_saving_functions)
 
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
@@ -101,14 +101,16 @@ class XCA(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """q, k, v as (B, heads, d, N), normalised along the token axis; the output times ``scale``
-        per channel (folded into the projection) where given."""
+    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
+                norm: Optional[nn.LayerNorm] = None) -> torch.Tensor:
+        """q, k, v as (B, heads, d, N), normalised along the token axis; ``norm`` (the block's) first
+        and the output times ``scale`` per channel (folded into the projection) where given."""
         if use_cpu_layouts(x):
-            return cpu_layouts.xca(self, x, scale)
+            return cpu_layouts.xca(self, x, scale, norm)
         B, N, C = x.shape
         # (3, B, heads, d, N): attention runs over channels, the tokens are the feature axis
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
+        qkv = normed_linear(norm, self.qkv, x).reshape(B, N, 3, self.num_heads, C // self.num_heads)
+        qkv = qkv.permute(2, 0, 3, 4, 1)
         q, k, v = qkv.unbind(0)
         # plain matrix products: on CPU, faster than scaled_dot_product_attention for (d x d) maps
         if wants_saving_functions(q):  # the same product, keeping the norms instead of normalised copies
@@ -155,9 +157,11 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The output times ``scale`` per channel (folded into fc2) where given."""
-        x = self.fc1(x)
+    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
+                norm: Optional[nn.LayerNorm] = None) -> torch.Tensor:
+        """``norm`` (the block's) first and the output times ``scale`` per channel (folded into fc2)
+        where given."""
+        x = normed_linear(norm, self.fc1, x)
         if self.drop.p == 0 and wants_saving_functions(x):  # fc2(GELU(x)), GELU's output not kept
             return GeluLinear.apply(x, *scaled_weights(self.fc2, scale), self.act.approximate)
         x = cpu_layouts.gelu(self.act, x) if use_cpu_layouts(x) else self.act(x)
@@ -187,12 +191,12 @@ class XCABlock(nn.Module):
         if folds_layer_scale(self.gamma1, x):
             # training: each layer scale folded into its sub-layer's last weights, the same function;
             # autograd then keeps no sub-layer output (of the tokens' size) for the scale's gradient
-            x = self._add(x, self.gamma1, self.attn(self.norm1(x), scale=self.gamma1))
+            x = self._add(x, self.gamma1, self.attn(x, scale=self.gamma1, norm=self.norm1))
             x = self._add(x, self.gamma3, self.local_mp(self.norm3(x), height, width, scale=self.gamma3))
-            return self._add(x, self.gamma2, self.mlp(self.norm2(x), scale=self.gamma2))
-        x = self._residual(x, self.gamma1, self.attn(self.norm1(x)))
+            return self._add(x, self.gamma2, self.mlp(x, scale=self.gamma2, norm=self.norm2))
+        x = self._residual(x, self.gamma1, self.attn(x, norm=self.norm1))
         x = self._residual(x, self.gamma3, self.local_mp(self.norm3(x), height, width))
-        return self._residual(x, self.gamma2, self.mlp(self.norm2(x)))
+        return self._residual(x, self.gamma2, self.mlp(x, norm=self.norm2))
 
     def _add(self, x: torch.Tensor, gamma: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
         """x + drop_path(scaled), ``scaled`` a sub-layer's output with ``gamma`` folded in, in the dtype

@@ -49,6 +49,42 @@ class GeluLinear(torch.autograd.Function):
         return grad_h, grad_weight, grad_bias, None
 
 
+class NormLinear(torch.autograd.Function):
+    """``F.linear(F.layer_norm(x, ...), weight, bias)`` keeping ``x`` (which the norm's backward
+    needs in any case), not the norm's output: that is recomputed, with the norm's statistics, in
+    the backward. Before XCA's qkv and the MLP's fc1 it saves a tensor of the embedding's size per
+    norm. The norm runs in the dtype autocast gives ``F.layer_norm`` (float32 on GPUs)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, norm_weight: Optional[torch.Tensor], norm_bias: Optional[torch.Tensor],
+                weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+        normed = F.layer_norm(x, x.shape[-1:], norm_weight, norm_bias, eps)
+        ctx.save_for_backward(x, norm_weight, norm_bias, weight)
+        ctx.eps, ctx.normed_dtype = eps, normed.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return F.linear(normed, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        x, norm_weight, norm_bias, weight = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        x_in = x.to(ctx.normed_dtype)
+        normed, mean, rstd = torch.native_layer_norm(x_in, x.shape[-1:], norm_weight, norm_bias, ctx.eps)
+        grad_x = grad_norm_weight = grad_norm_bias = grad_weight = grad_bias = None
+        if wanted[3]:
+            grad_weight = (_flat(grad).t() @ _flat(normed.to(grad.dtype))).to(weight.dtype)
+        if ctx.bias_dtype is not None and wanted[4]:
+            grad_bias = _flat(grad).sum(0).to(ctx.bias_dtype)
+        if any(wanted[:3]):
+            grad_normed = (grad @ weight.to(grad.dtype)).to(normed.dtype)
+            grad_x, grad_norm_weight, grad_norm_bias = torch.ops.aten.native_layer_norm_backward(
+                grad_normed, x_in, x.shape[-1:], mean, rstd, norm_weight, norm_bias,
+                [wanted[0], wanted[1], wanted[2]])
+            grad_x = None if grad_x is None else grad_x.to(x.dtype)
+        return grad_x, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, None
+
+
 class NormalizedGram(torch.autograd.Function):
     """``F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)`` keeping ``q``, ``k`` and
     their norms, not the normalised copies. In XCA ``q`` and ``k`` are views of the qkv projection's
@@ -94,6 +130,16 @@ def scaled_weights(layer: nn.Module, scale: Optional[torch.Tensor]) -> Tuple[tor
         return layer.weight, layer.bias
     weight = layer.weight * scale.view((-1,) + (1,) * (layer.weight.dim() - 1))
     return weight, None if layer.bias is None else layer.bias * scale
+
+
+def normed_linear(norm: Optional[nn.LayerNorm], linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``linear(norm(x))`` (``linear(x)`` without a norm), through ``NormLinear`` where autograd
+    records it."""
+    if norm is None:
+        return linear(x)
+    if wants_saving_functions(x) or wants_saving_functions(linear.weight):
+        return NormLinear.apply(x, norm.weight, norm.bias, linear.weight, linear.bias, norm.eps)
+    return linear(norm(x))
 
 
 def scaled_layer(layer: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:

@@ -121,15 +121,14 @@ def node_owners(model: nn.Module, run) -> Tuple[object, Dict]:
 @contextlib.contextmanager
 def plain_operators() -> Iterator[None]:
     """XCiT's layers without the recomputing autograd functions and the layer-scale fold
-    (``models/recompute.py``)."""
-    from xcit_dense.models import layers
-    saving, folding = layers.wants_saving_functions, layers.folds_layer_scale
-    layers.wants_saving_functions = lambda x: False
-    layers.folds_layer_scale = lambda scale, x: False
+    (``models/recompute.py``: its helpers ask its ``wants_saving_functions``, the layers their own)."""
+    from xcit_dense.models import layers, recompute
+    saving = recompute.wants_saving_functions
+    layers.wants_saving_functions = recompute.wants_saving_functions = lambda x: False
     try:
         yield
     finally:
-        layers.wants_saving_functions, layers.folds_layer_scale = saving, folding
+        layers.wants_saving_functions = recompute.wants_saving_functions = saving
 
 
 def measure(name: str, size: Tuple[int, int], batch: int, layout: str, plain: bool = False) -> dict:

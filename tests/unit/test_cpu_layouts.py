@@ -1,4 +1,5 @@
-"""The CPU layouts of XCA, LPI and the block residuals against timm's modules: outputs and gradients.
+"""The CPU layouts of XCA, LPI and the block residuals against timm's modules, and the pyramid's
+upsampling against torch's transposed convolution: outputs and gradients.
 
 In float64 the gradients agree to rounding (the same function); in float32 the outputs agree to 1e-5.
 Every test runs twice: with the CPU layouts, and with the reference layout (what GPUs run) switched
@@ -13,7 +14,7 @@ import torch
 
 from helpers import randomize_
 from xcit_dense.models.cpu_layouts import reference_layout, use_cpu_layouts
-from xcit_dense.models.layers import LPI, XCA, XCABlock
+from xcit_dense.models.layers import LPI, XCA, UpConv2x2, XCABlock
 from xcit_dense.models.xcit import XCiT
 
 
@@ -105,3 +106,41 @@ def test_backbone_gradients_match_timm(with_cp):
             torch.testing.assert_close(param.grad, grads[name].grad, rtol=0, atol=1e-9, msg=name)
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize('memory_format', [torch.contiguous_format, torch.channels_last])
+def test_pyramid_upsampling_matches_transposed_convolution(memory_format):
+    ours = UpConv2x2(6)
+    ref = torch.nn.ConvTranspose2d(6, 6, kernel_size=2, stride=2)
+    _shared(ours, ref)
+    x = torch.randn(2, 6, 3, 5, generator=torch.Generator().manual_seed(6)).contiguous(memory_format=memory_format)
+    _assert_same(ours, ref, x)
+    grads = []
+    for module in (ours, ref):  # bf16 autocast, the backward outside it (as AmpOptimWrapper runs it)
+        inputs = (x.clone().requires_grad_(), *module.parameters())
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = module(inputs[0])
+        grads.append((out, *torch.autograd.grad(out, inputs, torch.linspace(-1, 1, out.numel()).view_as(out))))
+    for got, want in zip(*grads):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
+    x = x.double().requires_grad_()
+    weight, bias = (p.detach().double().requires_grad_() for p in (ours.weight, ours.bias))
+    assert torch.autograd.gradcheck(
+        lambda *inputs: torch.func.functional_call(ours, dict(weight=inputs[1], bias=inputs[2]), inputs[:1]),
+        (x, weight, bias))
+
+
+def test_backbone_pyramid_runs_the_layout_upsampling():
+    """In the CPU layout the pyramid's backward goes through the layout's upsampling; in the
+    reference layout through torch's transposed convolution."""
+    backbone = XCiT(arch='nano_12').train()
+    out = backbone(torch.randn(1, 3, 64, 64))[0]
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(n for n, _ in node.next_functions)
+    names = [type(node).__name__ for node in seen]
+    assert names.count('_UpConv2x2Backward') == (2 if use_cpu_layouts(out) else 0)  # fpn1's two

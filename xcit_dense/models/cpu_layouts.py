@@ -1,4 +1,5 @@
-"""The CPU layouts: XCA, LPI, the MLP's GELU and the block residuals laid out for eager CPU runs.
+"""The CPU layouts: XCA, LPI, the MLP's GELU, the block residuals and the pyramid's transposed
+convolutions laid out for eager CPU runs.
 
 Each is the same function as the reference layout in ``layers.py`` (what GPUs run, the model as
 defined), arranged to copy less memory on a CPU. The layers ask :func:`use_cpu_layouts` once per
@@ -11,6 +12,7 @@ from typing import Iterator, Optional
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from .recompute import normed_linear, scaled_layer, scaled_weights
 
@@ -79,3 +81,48 @@ def residual(x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Ten
     does not need it (the block calls it where no drop path applies)."""
     return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
 
+
+
+class _UpConv2x2(torch.autograd.Function):
+    """A 2x2 stride-2 transposed convolution whose backward runs as a convolution and a product.
+
+    Its output pixels do not overlap, so the input gradient is a 2x2 stride-2 convolution of the
+    output gradient and the weight gradient one matrix product of the input with the output
+    gradient's 2x2 blocks. On channels_last maps (the CPU layout's token maps), torch's CPU kernel
+    for this backward takes several times longer than those two; the forward is torch's own. It
+    keeps what autograd keeps for the transposed convolution: the input and the weight. The layouts
+    run on CPUs only, so its autocast is the CPU's.
+    """
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type='cpu')
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.nn.functional.conv_transpose2d(x, weight, bias, stride=2)
+
+    @staticmethod
+    @once_differentiable
+    @torch.amp.custom_bwd(device_type='cpu')
+    def backward(ctx, grad: torch.Tensor):  # under the forward's autocast: the products cast as torch's
+        x, weight = ctx.saved_tensors
+        B, C_in, H, W = x.shape
+        C_out = weight.shape[1]
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.nn.functional.conv2d(grad, weight, stride=2)
+        if ctx.needs_input_grad[1]:
+            # the output gradient's 2x2 blocks as (B*H*W, 2*2*C_out): a short copy from channels_last
+            blocks = grad.permute(0, 2, 3, 1).unflatten(2, (W, 2)).unflatten(1, (H, 2)).transpose(2, 3)
+            pixels = x.permute(0, 2, 3, 1).reshape(B * H * W, C_in)
+            grad_weight = (pixels.t() @ blocks.reshape(B * H * W, 4 * C_out)).view(C_in, 2, 2, C_out)
+            grad_weight = grad_weight.permute(0, 3, 1, 2)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum((0, 2, 3))
+        return grad_x, grad_weight, grad_bias
+
+
+def up_conv_2x2(conv: nn.ConvTranspose2d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` for a 2x2 stride-2 transposed convolution (no padding, groups or dilation), its
+    backward as a convolution and a matrix product (``_UpConv2x2``)."""
+    return _UpConv2x2.apply(x, conv.weight, conv.bias)

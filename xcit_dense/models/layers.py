@@ -1,4 +1,5 @@
-"""XCiT layers: conv patch embedding, Fourier positional encoding, XCA, LPI and the XCiT block.
+"""XCiT layers: conv patch embedding, Fourier positional encoding, XCA, LPI, the XCiT block and the
+pyramid's upsampling.
 
 State-dict names follow the authors' (and timm's) layout so that their ImageNet weights load
 unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...). This is the
@@ -145,6 +146,19 @@ class LPI(nn.Module):
         x = x.transpose(1, 2).reshape(B, C, height, width)
         x = scaled_layer(self.conv2, self.bn(self.act(self.conv1(x))), scale)
         return x.reshape(B, C, N).transpose(1, 2)
+
+
+class UpConv2x2(nn.ConvTranspose2d):
+    """The pyramid's 2x upsampling: a 2x2 stride-2 transposed convolution (keys ``weight``, ``bias``),
+    whose backward in the CPU layout runs as a convolution and a matrix product."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(channels, channels, kernel_size=2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if use_cpu_layouts(x):
+            return cpu_layouts.up_conv_2x2(self, x)
+        return super().forward(x)
 
 
 class Mlp(nn.Module):

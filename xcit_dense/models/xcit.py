@@ -21,7 +21,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from .c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
 from .cpu_layouts import use_cpu_layouts
-from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
+from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, UpConv2x2, XCABlock
 from .presets import PRESETS, default_out_indices
 from .weights import load_backbone_weights
 
@@ -50,12 +50,8 @@ def _selective_contexts():
 def _upsample(dims: int, twice: bool, norm_cfg: dict) -> nn.Sequential:
     """One or two 2x transposed convolutions (with norm and GELU between two)."""
     if not twice:
-        return nn.Sequential(nn.ConvTranspose2d(dims, dims, kernel_size=2, stride=2))
-    return nn.Sequential(
-        nn.ConvTranspose2d(dims, dims, kernel_size=2, stride=2),
-        build_norm_layer(norm_cfg, dims)[1],
-        nn.GELU(),
-        nn.ConvTranspose2d(dims, dims, kernel_size=2, stride=2))
+        return nn.Sequential(UpConv2x2(dims))
+    return nn.Sequential(UpConv2x2(dims), build_norm_layer(norm_cfg, dims)[1], nn.GELU(), UpConv2x2(dims))
 
 
 def _downsample(factor: int) -> nn.Module:

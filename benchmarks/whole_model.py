@@ -149,9 +149,14 @@ class WholeModel:
         self.rebatch(batch)
 
     def rebatch(self, batch: int) -> None:
-        """Use a random batch of ``batch`` images (the same for every model, seeded)."""
+        """Use a random batch of ``batch`` images (the same for every model, seeded), made as a
+        training loader's batch is: pixel values through the model's own data preprocessor, which
+        normalises them and pads the batch (and masks) to its size divisor, as users' batches are."""
         self.batch = batch
-        self.inputs, self.samples = random_samples(task_of_model(self.model), batch, self.size, self.instances)
+        images, samples = random_samples(task_of_model(self.model), batch, self.size, self.instances)
+        pixels = [(image * 50 + 128).clamp(0, 255) for image in images]
+        data = self.model.data_preprocessor(dict(inputs=pixels, data_samples=samples), True)
+        self.inputs, self.samples = data['inputs'], data['data_samples']
 
     def _parts(self, mode: str) -> List[Callable[[], None]]:
         restores = []
@@ -163,8 +168,8 @@ class WholeModel:
                 restores.append(self.timer.wrap(owner, method, name))
         if self.kind == 'detector' and mode != 'infer':
             restores.append(self._count_positives(self.model.roi_head.bbox_sampler))
-            if self.fixed_proposals:
-                restores.append(self._replace_proposals(self.model.rpn_head))
+        if self.kind == 'detector' and self.fixed_proposals:
+            restores.append(self._replace_proposals(self.model.rpn_head, mode))
         return restores
 
     def _count_positives(self, sampler) -> Callable[[], None]:
@@ -178,20 +183,24 @@ class WholeModel:
         sampler.sample = counted
         return lambda: delattr(sampler, 'sample')
 
-    def _replace_proposals(self, rpn_head) -> Callable[[], None]:
-        original = rpn_head.loss_and_predict
+    def _replace_proposals(self, rpn_head, mode: str) -> Callable[[], None]:
+        method = 'predict' if mode == 'infer' else 'loss_and_predict'
+        original = getattr(rpn_head, method)
 
         def replaced(*args, **kwargs):
+            if mode == 'infer':
+                return [self._fixed(p, k) for k, p in enumerate(original(*args, **kwargs))]
             losses, proposals = original(*args, **kwargs)
             return losses, [self._fixed(p, k) for k, p in enumerate(proposals)]
-        rpn_head.loss_and_predict = replaced
-        return lambda: setattr(rpn_head, 'loss_and_predict', original)  # the part timer's wrap, removed after
+        setattr(rpn_head, method, replaced)
+        return lambda: setattr(rpn_head, method, original)  # the part timer's wrap, removed after
 
     def _fixed(self, proposals, index: int):
         """Proposals of image ``index`` that do not depend on the model: as many as the RPN keeps at
-        most, a quarter of them jittered ground-truth boxes, the rest random boxes (seeded)."""
+        most (in training or at inference), a quarter of them jittered ground-truth boxes, the rest random boxes (seeded)."""
         gen = torch.Generator().manual_seed(index)
-        num, (height, width) = self.model.train_cfg.rpn_proposal.max_per_img, self.size
+        cfg = self.model.train_cfg.rpn_proposal if self.model.training else self.model.test_cfg.rpn
+        num, (height, width) = cfg.max_per_img, self.size
         gt = self.samples[index].gt_instances.bboxes
         near = gt[torch.randint(len(gt), (num // 4,), generator=gen)]
         scale = (near[:, 2:] - near[:, :2]).repeat(1, 2)

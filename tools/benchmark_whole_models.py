@@ -10,7 +10,9 @@ autograd node counted in the part whose forward built it), and the GPU-comparabl
 memory: weights, gradients and AdamW moments (fp32) plus that peak. ``--extra MODEL`` adds a model
 measured at batch 1 beside the pair's first stock model (e.g. ``mask_rcnn_xcit_s12_p8``, whose
 batch 2 step exceeds this machine's memory); ``--variants with_cp=selective`` the pair's first model
-with that option, side by side with the pair. Example (the command of
+with that option, side by side with the pair. ``--fixed-proposals`` gives the detectors' RoI heads
+the same proposals in both models, in training and at inference (``WholeModel(fixed_proposals=True)``):
+with random weights each RPN's own proposals decide the heads' work. Example (the command of
 docs/benchmark/whole_models.md)::
 
     PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task det --rounds 3 --threads 2 \\
@@ -82,20 +84,21 @@ def roi_check(names: List[str], size, batch: int, rounds: int, instances: int) -
     return lines + ['']
 
 
-def build(names: List[str], size, batch: int, instances: int, variants: List[str] = ()) -> List[WholeModel]:
+def build(names: List[str], size, batch: int, instances: int, variants: List[str] = (),
+          fixed_proposals: bool = False) -> List[WholeModel]:
     """The catalogue models ``names``, and the first one's ``variants`` (``VARIANTS``) before the last."""
-    models = [WholeModel(n, size, batch, instances) for n in names]
+    models = [WholeModel(n, size, batch, instances, fixed_proposals=fixed_proposals) for n in names]
     for variant in variants:
-        model = WholeModel(names[0], size, batch, instances, options=VARIANTS[variant])
+        model = WholeModel(names[0], size, batch, instances, options=VARIANTS[variant], fixed_proposals=fixed_proposals)
         model.name = f'{names[0]} {variant}'
         models.insert(len(models) - 1, model)
     return models
 
 
 def measure(names: List[str], size, batches: List[int], rounds: int, instances: int,
-            variants: List[str] = ()) -> List[str]:
+            variants: List[str] = (), fixed_proposals: bool = False) -> List[str]:
     """Build ``names`` (and ``variants``) and measure them side by side; the report's lines."""
-    models = build(names, size, batches[0], instances, variants)
+    models = build(names, size, batches[0], instances, variants, fixed_proposals)
     names = [m.name for m in models]
     lines = ['| model | params | weights + grads + AdamW (fp32) |', '|---|---|---|']
     lines += [f'| {m.name} | {m.params / 1e6:.2f} M | {m.state_bytes() / GIB:.2f} GiB |' for m in models]
@@ -132,6 +135,8 @@ def main() -> None:
                         help="the pair's first model with these options too, side by side with the pair")
     parser.add_argument('--roi-check', action='store_true',
                         help="only the RoI heads' training forward with the RPN's proposals and with fixed ones")
+    parser.add_argument('--fixed-proposals', action='store_true',
+                        help="the detectors' RoI heads get the same proposals in both models (training and inference)")
     parser.add_argument('--out', help='write the Markdown report here too')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -141,21 +146,26 @@ def main() -> None:
     load = os.getloadavg()[0]
     lines = [f'# Whole models side by side ({args.task}), {size[0]}x{size[1]}', '',
              f'CPU {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; random weights, '
-             f'random images with {args.instances} boxes and masks each (detection); median of {args.rounds} '
+             f'random images with {args.instances} boxes and masks each (detection), batched by each model\'s own '
+             'data preprocessor (normalised, padded to its size divisor)'
+             + ("; the RoI heads given the same fixed proposals in both models" if args.fixed_proposals else '')
+             + f'; median of {args.rounds} '
              'rounds, the models alternated in one process; parts are forward times of the models\' own methods '
              '(each its own time: `loss` is the RPN, box and mask heads\' targets and losses, `other` the rest of '
              'the step), backward and optimizer step timed whole, backward split per part below.', '']
     if args.roi_check:
         lines += roi_check(list(names), size, args.batch, args.rounds, args.instances)
     else:
-        lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances, args.variants)
+        lines += measure(list(names), size, [args.batch, 1], args.rounds, args.instances, args.variants,
+                         args.fixed_proposals)
     for extra in args.extra:
         lines += [f'## {extra} at batch 1 beside {names[-1]}', '']
-        lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances)
+        lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances, fixed_proposals=args.fixed_proposals)
     lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
               f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} --instances {args.instances}'
               + (f' --extra {" ".join(args.extra)}' if args.extra else '') + (' --roi-check' if args.roi_check else '')
               + (f' --variants {" ".join(args.variants)}' if args.variants else '')
+              + (' --fixed-proposals' if args.fixed_proposals else '')
               + '`; '
               f'{time.time() - start:.0f} s in all, load average {load:.1f} at the start, '
               f'{os.getloadavg()[0]:.1f} at the end.', '']

@@ -154,7 +154,7 @@ class WholeModel:
         normalises them and pads the batch (and masks) to its size divisor, as users' batches are."""
         self.batch = batch
         images, samples = random_samples(task_of_model(self.model), batch, self.size, self.instances)
-        pixels = [(image * 50 + 128).clamp(0, 255) for image in images]
+        pixels = [(image * 50 + 128).clamp(0, 255) for image in images]  # noise in the 8-bit range
         data = self.model.data_preprocessor(dict(inputs=pixels, data_samples=samples), True)
         self.inputs, self.samples = data['inputs'], data['data_samples']
 
@@ -197,7 +197,8 @@ class WholeModel:
 
     def _fixed(self, proposals, index: int):
         """Proposals of image ``index`` that do not depend on the model: as many as the RPN keeps at
-        most (in training or at inference), a quarter of them jittered ground-truth boxes, the rest random boxes (seeded)."""
+        most (in training or at inference), a quarter of them jittered ground-truth boxes, the rest
+        random boxes (seeded)."""
         gen = torch.Generator().manual_seed(index)
         cfg = self.model.train_cfg.rpn_proposal if self.model.training else self.model.test_cfg.rpn
         num, (height, width) = cfg.max_per_img, self.size

@@ -82,7 +82,6 @@ def residual(x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return torch.addcmul(x, gamma, y) if y.requires_grad else torch.addcmul(x, gamma, y, out=y)
 
 
-
 class _UpConv2x2(torch.autograd.Function):
     """A 2x2 stride-2 transposed convolution whose backward runs as a convolution and a product.
 

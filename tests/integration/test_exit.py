@@ -5,6 +5,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, free_port, run
 
 TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
@@ -16,6 +18,7 @@ def run_repro(*args: str) -> subprocess.CompletedProcess:
     return run(cmd)
 
 
+@pytest.mark.slow  # three launched runs with starved threads (about 35 s): the slow stage
 def test_finished_run_destroys_the_group_before_exit():
     # Both ranks leave with no gloo thread alive, so none can meet the finalising interpreter,
     # even with the threads starved (before the fix that aborted 5 runs in 10 under load). Fails

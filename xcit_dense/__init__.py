@@ -11,10 +11,5 @@ from . import datasets  # noqa: E402,F401  (registers SkipBadSamples and, withou
 from .models import XCiT  # noqa: E402,F401  (registers the layers and backbone)
 from . import engine  # noqa: E402,F401  (registers the hooks and runner the runtime configs name)
 from . import evaluation  # noqa: E402,F401  (registers FasterCocoMetric, the COCO configs' evaluator)
-from .models.torch_safe_globals import allow_mmengine_checkpoints  # noqa: E402
-
-# configs import this package (custom_imports): mmdet's and mmseg's own tools and inferencers then
-# read MMEngine checkpoints under torch's weights_only=True default too
-allow_mmengine_checkpoints()
 
 __version__ = '0.1.0'

@@ -8,6 +8,13 @@ plain containers, numbers and strings, numpy arrays and scalars of numeric dtype
 each of which checks its real arguments before it builds; only those may be called (``REDUCE``),
 and only the listed types get their state (``BUILD``).
 
+What is built is bounded in shape too: every container charges its depth and its unrolled size (a
+value referred to twice counts twice, as anything that walks the result would visit it) as items are
+put into it, and a container already inside another takes no more items (no cycles). Dict keys and
+set members are strings or integers below 2**48 (nothing else is hashed), and sizes, strides and
+offsets are integers below 2**48, refused before any arithmetic. Messages describe a refused value
+by its type, length and a few characters (:func:`brief`), never by its ``repr``.
+
 What a file may make the process allocate is charged, when it is about to happen, against a
 :class:`Budget` relative to the file's size: every storage (once per key, before torch allocates
 it: legacy files allocate the declared size before reading), every tensor at its materialised size
@@ -18,7 +25,8 @@ and each opcode it runs is charged what it can add to its own memory, so that th
 file's size too.
 
 Before unpickling, the archive is checked as torch will read it (zip or legacy by the first bytes,
-as torch decides; exactly one ``data.pkl``; records no larger than the file allows; no legacy tar).
+as torch decides; exactly one ``data.pkl``; records no larger than the file allows; a first block that
+is a tar header is refused before ``tarfile``, in torch's legacy reader, parses anything).
 ``torch.load`` itself is not called: its ``weights_only`` switch concerns torch's own unpickler, which
 this one replaces, and under a user's ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`` it would refuse any pickle
 module. The variable keeps its effect on every other ``torch.load``; checkpoints the toolkit reads
@@ -29,11 +37,9 @@ import os
 import pickle
 import re
 import struct
-import tarfile
 import zipfile
 from collections import Counter, OrderedDict
-from math import prod
-from typing import IO, Any, Callable, Dict, Optional
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 import torch
@@ -51,6 +57,14 @@ SET_COST = 256
 # a deflated record may expand to at most this many times the file's size (torch.save stores)
 MAX_EXPANSION = 4
 # the statistics methods MMEngine pickles as ``getattr(HistoryBuffer, name)``
+# the shape of what is built: containers nest at most this deep; keys, sizes, strides and offsets
+# stay below LARGEST_INT (arithmetic on them is then cheap and their hashes do not collide)
+MAX_DEPTH = 64
+LARGEST_INT = 1 << 48
+# a description in a message shows at most this many characters of a string
+SHOWN_CHARS = 40
+TAR_BLOCK = 512
+MAX_REASON = 400  # characters of a reason a message repeats
 HISTORY_METHODS = ('min', 'max', 'current', 'mean')
 HISTORY_STATE = {'max_length', '_log_history', '_count_history', 'statistics_methods'}
 _NUMERIC_CODE = re.compile(r'[<>=|]?[biufc][0-9]{1,2}')
@@ -62,6 +76,36 @@ class Refused(pickle.UnpicklingError):
 
 class DamagedCheckpoint(pickle.UnpicklingError):
     """A file that is not a readable torch checkpoint (truncated, damaged, another format)."""
+
+
+def brief(value: Any) -> str:
+    """``value`` described at a bounded cost and length (its type, its length, a few characters), for
+    messages: an attacker's object's ``repr`` could take any time and memory to build."""
+    kind = type(value)
+    if value is None or kind in (bool, float, complex):
+        return repr(value)
+    if kind is int:
+        return str(value) if value.bit_length() <= 64 else f'an int of {value.bit_length()} bits'
+    if kind in (str, bytes, bytearray):
+        shown = repr(value[:SHOWN_CHARS])
+        return shown if len(value) <= SHOWN_CHARS else f'{shown}... ({len(value)} long)'
+    if kind is tuple and len(value) <= 8 and all(type(v) is int and v.bit_length() <= 64 for v in value):
+        return repr(value)  # a size or strides
+    if isinstance(value, _Call):
+        return value.name
+    if isinstance(value, (np.generic, torch.dtype)) or kind is np.dtype or kind is torch.device:
+        return repr(value)[:2 * SHOWN_CHARS]  # numeric scalars, dtypes: short by construction
+    if isinstance(value, np.dtype):
+        return 'a numpy dtype' if value.names is None and value.subdtype is None else 'a structured numpy dtype'
+    if isinstance(value, type):
+        return brief(value.__qualname__)
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return f'a {kind.__name__[:SHOWN_CHARS]} of {len(value)} items'
+    return f'a {kind.__name__[:SHOWN_CHARS]}'
+
+
+def _number(value: int) -> str:
+    return str(value) if value.bit_length() <= 64 else f'about 2**{value.bit_length()}'
 
 
 class Budget:
@@ -78,21 +122,51 @@ class Budget:
     def charge(self, nbytes: int, what: str, kind: str = 'data') -> None:
         self.spent[kind] += nbytes
         if self.spent[kind] > self.limits[kind]:
-            raise Refused(f'{what} ({nbytes} bytes) brings what it would allocate ({kind}) to {self.spent[kind]} '
-                          f'bytes ({self.spent[kind] / 2**30:.1f} GiB), more than a file of {self.file_size} bytes '
-                          f'may ({self.limits[kind]})')
+            spent = self.spent[kind]
+            raise Refused(f'{what} ({_number(nbytes)} bytes) brings what it would allocate ({kind}) to '
+                          f'{_number(spent)} bytes ({spent / 2**30 if spent.bit_length() < 1000 else float("inf"):.1f} '
+                          f'GiB), more than a file of {self.file_size} bytes may ({self.limits[kind]})')
+
+    def max_nodes(self) -> int:
+        """How many values what is built may hold, unrolled: one per opcode the object budget allows."""
+        return self.limits['objects'] // OPCODE_COST
 
 
 def plain_int(value: Any, what: str, minimum: int = 0) -> int:
-    """An ``int`` written out as one (not a numpy scalar or other object that converts to one)."""
-    if type(value) is not int or value < minimum:
-        raise Refused(f'{what} is {value!r}: a checkpoint writes it as a plain integer of at least {minimum}')
+    """An ``int`` written out as one (not a numpy scalar or other object that converts to one), below
+    2**48: sizes, strides and offsets, checked before any arithmetic on them."""
+    if type(value) is not int or not minimum <= value < LARGEST_INT:
+        raise Refused(f'{what} is {brief(value)}: a checkpoint writes it as a plain integer of at least '
+                      f'{minimum} and below 2**48')
     return value
 
 
+def product_past(values: tuple, limit: int) -> int:
+    """The product of ``values`` (integers below 2**48), or a partial product above ``limit``, which is
+    enough to refuse: the whole product of many large sizes would take long to compute."""
+    if 0 in values:
+        return 0
+    total = 1
+    for value in values:
+        total *= value
+        if total > limit:
+            break
+    return total
+
+
+def hashable_key(key: Any) -> Any:
+    """A dict key or set member: a string, or an integer below 2**48 in size. Anything else is refused
+    before it is hashed (a deep tuple's hash recurses past the stack; big integers can share a hash)."""
+    kind = type(key)
+    if kind is str or (kind is int or kind is bool) and -LARGEST_INT < key < LARGEST_INT:
+        return key
+    raise Refused(f'a dict key or set member that is {brief(key)}: a checkpoint\'s keys are strings or integers '
+                  f'below 2**48')
+
+
 def plain_ints(value: Any, what: str) -> tuple:
-    if not isinstance(value, tuple):
-        raise Refused(f'{what} is {type(value).__name__}, not a tuple of integers')
+    if type(value) is not tuple:
+        raise Refused(f'{what} is {brief(value)}, not a tuple of integers')
     return tuple(plain_int(v, what) for v in value)
 
 
@@ -101,14 +175,14 @@ def numeric_dtype(code: Any, align: Any = False, copy: Any = True) -> np.dtype:
     string, structured or void dtype, whose arrays could hold pointers. Always a fresh copy (its
     BUILD then sets its byte order, never numpy's shared instance)."""
     if not (isinstance(code, str) and _NUMERIC_CODE.fullmatch(code)):
-        raise Refused(f'numpy.dtype({code!r}) is refused: a checkpoint may hold numeric numpy values only')
+        raise Refused(f'numpy.dtype({brief(code)}) is refused: a checkpoint may hold numeric numpy values only')
     return np.dtype(code, bool(align), True)
 
 
 def check_numeric(dtype: Any, what: str) -> np.dtype:
     if not (isinstance(dtype, np.dtype) and dtype.kind in 'biufc' and not dtype.hasobject
             and dtype.names is None and dtype.subdtype is None):
-        raise Refused(f'{what} of dtype {dtype!r}: only numeric numpy dtypes are allowed')
+        raise Refused(f'{what} of dtype {brief(dtype)}: only numeric numpy dtypes are allowed')
     return dtype
 
 
@@ -116,22 +190,22 @@ def numeric_scalar(dtype: Any, data: Any = None) -> Any:
     """numpy's ``scalar(dtype, bytes)`` for a numeric dtype and exactly its item's bytes."""
     check_numeric(dtype, 'a numpy scalar')
     if type(data) is not bytes or len(data) != dtype.itemsize:
-        raise Refused(f'a numpy scalar of {dtype} from {type(data).__name__} data: {dtype.itemsize} bytes expected')
+        raise Refused(f'a numpy scalar of {dtype} from {brief(data)}: {dtype.itemsize} bytes expected')
     return np._core.multiarray.scalar(dtype, data)
 
 
-def check_array_state(state: Any, budget: Optional[Budget] = None) -> None:
+def check_array_state(state: Any, budget: Budget) -> None:
     """The state numpy's ``ndarray.__setstate__`` takes, ``(1, shape, dtype, is_fortran, data)``:
     a numeric dtype, integer sizes, exactly the array's bytes (charged to ``budget``)."""
     if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1 and type(state[3]) is bool):
         raise Refused('a numpy array whose state is not (1, shape, dtype, is_fortran, data)')
     shape, dtype, data = plain_ints(state[1], 'a numpy array\'s shape'), state[2], state[4]
-    nbytes = prod(shape) * check_numeric(dtype, 'a numpy array').itemsize
-    if budget is not None:
-        budget.charge(nbytes, f'a numpy array of {shape} {dtype}')
+    itemsize = check_numeric(dtype, 'a numpy array').itemsize
+    nbytes = product_past(shape, budget.limits['data']) * itemsize
+    budget.charge(nbytes, f'a numpy array of {brief(shape)} {dtype}')
     if type(data) not in (bytes, bytearray) or len(data) != nbytes:
-        found = f'{len(data)} bytes' if isinstance(data, (bytes, bytearray)) else f'a {type(data).__name__}'
-        raise Refused(f'a numpy array of {shape} {dtype} ({nbytes} bytes) from {found}')
+        found = f'{len(data)} bytes' if isinstance(data, (bytes, bytearray)) else brief(data)
+        raise Refused(f'a numpy array of {brief(shape)} {dtype} ({nbytes} bytes) from {found}')
 
 
 def history_buffer_method(obj: Any, name: Any) -> Any:
@@ -140,7 +214,7 @@ def history_buffer_method(obj: Any, name: Any) -> Any:
     if obj is HistoryBuffer and isinstance(name, str) and name in methods \
             and callable(HistoryBuffer.__dict__.get(name)):
         return HistoryBuffer.__dict__[name]
-    raise Refused(f'getattr({obj!r}, {name!r}) is refused: a checkpoint may only name '
+    raise Refused(f'getattr({brief(obj)}, {brief(name)}) is refused: a checkpoint may only name '
                   f"the statistics methods of MMEngine's HistoryBuffer")
 
 
@@ -157,7 +231,8 @@ def _attribute_state(state: Any) -> None:
             continue
         if not isinstance(part, dict) or any(not isinstance(k, str) or not k.isidentifier() or k.startswith('_')
                                              or hasattr(torch.Tensor, k) for k in part):
-            raise Refused(f'a tensor whose saved attributes are not plain names of its own: {list(part)[:5]!r}')
+            shown = ', '.join(brief(k) for k, _ in zip(part, range(5))) if isinstance(part, dict) else brief(part)
+            raise Refused(f'a tensor whose saved attributes are not plain names of its own: {shown}')
 
 
 class _Call:
@@ -214,6 +289,46 @@ class CheckedUnpickler(pickle._Unpickler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._arrays_to_build: set = set()  # ids of arrays _reconstruct made, whose BUILD is pending
+        # the values that hold others, by id: [value (kept alive, so that its id stays its own), depth,
+        # unrolled size, whether it is inside another value]; anything else counts as one value of depth 0
+        self._nodes: Dict[int, List[Any]] = {}
+        self._max_nodes = self.budget.max_nodes()
+
+    def _contain(self, container: Any, items: Iterable[Any]) -> None:
+        """Charge ``container`` for ``items`` about to be put into it: its depth and unrolled size (a
+        value held twice counts twice, as whatever walks the result visits it twice). A container that
+        is already inside another takes no more (a cycle, or a value changed after it was used)."""
+        nodes = self._nodes
+        node = nodes.get(id(container))
+        if node is None:
+            node = nodes[id(container)] = [container, 1, 1, False]
+        depth, size = node[1], node[2]
+        for item in items:
+            inner = nodes.get(id(item))
+            if inner is None:
+                size += 1
+            else:
+                inner[3] = True
+                size += inner[2]
+                if inner[1] >= depth:
+                    depth = inner[1] + 1
+        if node[3]:
+            raise Refused(f'items put into {brief(container)} that is already inside another value (a cycle, '
+                          f'or a value changed after it was used): torch.save never writes that')
+        if depth > MAX_DEPTH:
+            raise Refused(f'values nested more than {MAX_DEPTH} deep ({brief(container)})')
+        if size > self._max_nodes:
+            raise Refused(f'{brief(container)} that holds {_number(size)} values once unrolled (a value referred '
+                          f'to twice counts twice), more than a file of {self.budget.file_size} bytes may '
+                          f'({self._max_nodes})')
+        node[1], node[2] = depth, size
+
+    def _made_of(self, value: Any, parts: Any) -> Any:
+        """``value``, built from the tuple ``parts`` (a call's arguments), charged as holding them."""
+        node = self._nodes.get(id(parts))
+        if node is not None and id(value) not in self._nodes:
+            self._contain(value, (parts,))
+        return value
 
     def find_class(self, module: str, name: str) -> Any:
         dotted = f'{_PY2_MODULES.get(module, module)}.{name}'
@@ -224,7 +339,7 @@ class CheckedUnpickler(pickle._Unpickler):
         history = 'mmengine.logging.history_buffer.HistoryBuffer.'
         if dotted.startswith(history):  # protocol 4 names the statistics methods by their qualified name
             return history_buffer_method(HistoryBuffer, dotted[len(history):])
-        raise Refused(f'the global {dotted} is not allowed (a checkpoint may hold only tensors, containers, '
+        raise Refused(f'the global {brief(dotted)} is not allowed (a checkpoint may hold only tensors, containers, '
                       f"numbers, numeric numpy values and MMEngine's logging objects)")
 
     # --- opcodes -----------------------------------------------------------------------------------
@@ -232,8 +347,8 @@ class CheckedUnpickler(pickle._Unpickler):
         args = self.stack.pop()
         func = self.stack[-1]
         if not isinstance(func, _Call) or not isinstance(args, tuple):
-            raise Refused(f'a call of {type(func).__name__} {func!r:.80}: only the listed constructors may be called')
-        self.stack[-1] = func(*args)
+            raise Refused(f'a call of {type(func).__name__} {brief(func)}: only the listed constructors may be called')
+        self.stack[-1] = self._made_of(func(*args), args)
 
     def _newobj(self) -> None:
         """``cls.__new__(cls, *args)``: protocol 2 makes MMEngine's HistoryBuffer (then sets its state)
@@ -245,11 +360,11 @@ class CheckedUnpickler(pickle._Unpickler):
         elif isinstance(cls, _Call) and cls.name == 'builtins.complex' and isinstance(args, tuple):
             self.append(cls(*args))
         else:
-            raise Refused(f'{cls!r:.80}.__new__{args!r:.80} is refused')
+            raise Refused(f'{brief(cls)}.__new__ of {brief(args)} is refused')
 
     def _newobj_ex(self) -> None:
         kwargs = self.stack.pop()
-        if kwargs != {}:
+        if type(kwargs) is not dict or kwargs:
             raise Refused('NEWOBJ_EX with keyword arguments is refused')
         self._newobj()
 
@@ -263,11 +378,14 @@ class CheckedUnpickler(pickle._Unpickler):
         elif isinstance(inst, np.dtype) and isinstance(state, tuple) and len(state) == 8 and state[0] == 3 \
                 and state[1] in ('<', '>', '=', '|') and state[2:] == (None, None, None, -1, -1, 0):
             inst.__setstate__(state)  # its byte order
-        elif type(inst) is OrderedDict and isinstance(state, dict) and all(
-                isinstance(k, str) and k.isidentifier() and not k.startswith('__') for k in state):
+        elif type(inst) is OrderedDict and type(state) is dict and all(
+                type(k) is str and k.isidentifier() and not k.startswith('__') for k in state):
+            _check_module_metadata(state.get('_metadata'))
+            self._contain(inst, state.values())
             inst.__dict__.update(state)  # a state dict's _metadata
-        elif type(inst) is HistoryBuffer and isinstance(state, dict) and set(state) <= HISTORY_STATE:
+        elif type(inst) is HistoryBuffer and type(state) is dict and set(state) <= HISTORY_STATE:
             self._check_history_state(state)
+            self._contain(inst, state.values())
             inst.__setstate__(dict(state))
         else:
             raise Refused(f'setting the state of a {type(inst).__name__} is refused')
@@ -291,25 +409,25 @@ class CheckedUnpickler(pickle._Unpickler):
         """``('storage', type, key, location, numel[, view])``: its bytes charged once per key,
         before torch's ``persistent_load`` allocates them."""
         if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] in ('storage', b'storage')):
-            raise Refused(f'a persistent id {pid!r:.80} that is not a storage')
+            raise Refused(f'a persistent id ({brief(pid)}) that is not a storage')
         storage_type, key, location, numel = pid[1:5]
         if storage_type is torch.UntypedStorage:
             element = 1
         elif isinstance(storage_type, torch.serialization.StorageType):
             element = torch._utils._element_size(storage_type.dtype)
         else:
-            raise Refused(f'a storage of type {storage_type!r:.80}')
+            raise Refused(f'a storage of type {brief(storage_type)}')
         if type(key) is not str or type(location) not in (str, bytes):
-            raise Refused(f'a storage whose key or location is not a string: {key!r:.40}, {location!r:.40}')
-        numel = plain_int(numel, f'the size of storage {key!r}')
+            raise Refused(f'a storage whose key or location is not a string: {brief(key)}, {brief(location)}')
+        numel = plain_int(numel, f'the size of storage {brief(key)}')
         if len(pid) == 6 and pid[5] is not None:  # a legacy view (key, offset, numel) into the storage
             view = pid[5]
-            if not (isinstance(view, tuple) and len(view) == 3 and type(view[0]) is str):
-                raise Refused(f'a storage view {view!r:.80}')
+            if not (type(view) is tuple and len(view) == 3 and type(view[0]) is str):
+                raise Refused(f'a storage view ({brief(view)})')
             plain_int(view[1], 'a storage view\'s offset'), plain_int(view[2], 'a storage view\'s size')
         if key not in self.budget.storages:
             self.budget.storages.add(key)
-            self.budget.charge(numel * element, f'storage {key!r} of {numel} elements')
+            self.budget.charge(numel * element, f'storage {brief(key)} of {numel} elements')
 
     def _bytearray8(self) -> None:
         size, = struct.unpack('<Q', self.read(8))
@@ -319,34 +437,75 @@ class CheckedUnpickler(pickle._Unpickler):
             raise DamagedCheckpoint('truncated pickle (BYTEARRAY8)')
         self.append(data)
 
-    def _into(self, types: tuple, what: str) -> Any:
-        """The container below the values an opcode adds to it: only the types listed."""
+    def _into(self, types: tuple, what: str, items: list) -> Any:
+        """The container below the values an opcode adds to it (only the types listed), charged for them."""
         if not self.stack or type(self.stack[-1]) not in types:
             raise Refused(f'{what} into a {type(self.stack[-1]).__name__ if self.stack else "nothing"} is refused')
+        self._contain(self.stack[-1], items)
         return self.stack[-1]
 
     def _append(self) -> None:
         value = self.stack.pop()
-        self._into((list,), 'APPEND').append(value)
+        self._into((list,), 'APPEND', [value]).append(value)
 
     def _appends(self) -> None:
         items = self.pop_mark()
-        self._into((list,), 'APPENDS').extend(items)
+        self._into((list,), 'APPENDS', items).extend(items)
 
     def _setitem(self) -> None:
         value = self.stack.pop()
-        key = self.stack.pop()
-        self._into(_DICTS, 'SETITEM')[key] = value
+        key = hashable_key(self.stack.pop())
+        self._into(_DICTS, 'SETITEM', [value])[key] = value
 
     def _setitems(self) -> None:
         items = self.pop_mark()
-        target = self._into(_DICTS, 'SETITEMS')
-        for i in range(0, len(items) - 1, 2):
-            target[items[i]] = items[i + 1]
+        keys = [hashable_key(key) for key in items[0:len(items) - 1:2]]
+        values = items[1::2]
+        target = self._into(_DICTS, 'SETITEMS', values)
+        for key, value in zip(keys, values):
+            target[key] = value
 
     def _additems(self) -> None:
+        items = [hashable_key(item) for item in self.pop_mark()]
+        self._into((set,), 'ADDITEMS', items).update(items)
+
+    def _dict(self) -> None:
         items = self.pop_mark()
-        self._into((set,), 'ADDITEMS').update(items)
+        keys = [hashable_key(key) for key in items[0:len(items) - 1:2]]
+        values = items[1::2]
+        built: dict = {}
+        self._contain(built, values)
+        built.update(zip(keys, values))
+        self.append(built)
+
+    def _list(self) -> None:
+        items = self.pop_mark()
+        built: list = []
+        self._contain(built, items)
+        built.extend(items)
+        self.append(built)
+
+    def _frozenset_op(self) -> None:
+        items = [hashable_key(item) for item in self.pop_mark()]
+        self.append(self._tuple_of(frozenset(items), items))
+
+    def _tuple_of(self, built: Any, items: Any) -> Any:
+        if items:  # the empty tuple and frozenset are shared instances: never charged as containers
+            self._contain(built, items)
+        return built
+
+    def _tuple(self) -> None:
+        items = self.pop_mark()
+        self.append(self._tuple_of(tuple(items), items))
+
+    def _tuple1(self) -> None:
+        self.stack[-1] = self._tuple_of((self.stack[-1],), self.stack[-1:])
+
+    def _tuple2(self) -> None:
+        self.stack[-2:] = [self._tuple_of((self.stack[-2], self.stack[-1]), self.stack[-2:])]
+
+    def _tuple3(self) -> None:
+        self.stack[-3:] = [self._tuple_of((self.stack[-3], self.stack[-2], self.stack[-1]), self.stack[-3:])]
 
     # --- the constructors ---------------------------------------------------------------------------
     def _view(self, storage: Any, offset: Any, size: Any, stride: Any, dtype: Any) -> None:
@@ -356,13 +515,13 @@ class CheckedUnpickler(pickle._Unpickler):
         if not isinstance(storage, torch.storage.TypedStorage):
             raise Refused(f'a tensor of a {type(storage).__name__}, not of a storage in the file')
         if not isinstance(dtype, torch.dtype):
-            raise Refused(f'a tensor of dtype {dtype!r:.40}')
+            raise Refused(f'a tensor of dtype {brief(dtype)}')
         plain_int(offset, "a tensor's storage offset")
         size, stride = plain_ints(size, "a tensor's size"), plain_ints(stride, "a tensor's strides")
         if len(size) != len(stride):
-            raise Refused(f'a tensor of size {size} with strides {stride}')
-        self.budget.charge(prod(size) * torch._utils._element_size(dtype),
-                           f'a tensor of {size} with strides {stride}')
+            raise Refused(f'a tensor of size {brief(size)} with strides {brief(stride)}')
+        self.budget.charge(product_past(size, self.budget.limits['data']) * torch._utils._element_size(dtype),
+                           f'a tensor of {brief(size)} with strides {brief(stride)}')
 
     @staticmethod
     def _flags(requires_grad: Any, hooks: Any, metadata: Any) -> None:
@@ -399,7 +558,7 @@ class CheckedUnpickler(pickle._Unpickler):
     def _from_type(self, func: Any, new_type: Any, args: Any, state: Any) -> torch.Tensor:
         if not (isinstance(func, _Call) and func.name in _TENSOR_REBUILDS) or \
                 new_type not in (torch.Tensor, torch.nn.Parameter) or not isinstance(args, tuple):
-            raise Refused(f'_rebuild_from_type_v2({func!r:.60}, {new_type!r:.60}): only tensors rebuilt by torch')
+            raise Refused(f'_rebuild_from_type_v2({brief(func)}, {brief(new_type)}): only tensors rebuilt by torch')
         _attribute_state(state)
         return torch._tensor._rebuild_from_type_v2(func, new_type, args, state)
 
@@ -417,14 +576,15 @@ class CheckedUnpickler(pickle._Unpickler):
         return torch.Size(plain_ints(sizes, 'torch.Size'))
 
     def _device(self, kind: Any, index: Any = None) -> torch.device:
-        if type(kind) is not str or not (index is None or type(index) is int):
-            raise Refused(f'torch.device({kind!r:.40}, {index!r:.40})')
+        if type(kind) is not str or len(kind) > SHOWN_CHARS or not (index is None or type(index) is int
+                                                                  and 0 <= index < LARGEST_INT):
+            raise Refused(f'torch.device({brief(kind)}, {brief(index)})')
         return torch.device(kind) if index is None else torch.device(kind, index)
 
     def _encode(self, text: Any, encoding: Any = None) -> bytes:
         """Protocol 2 writes bytes as ``_codecs.encode(text, 'latin1')``."""
         if type(text) is not str or encoding not in ('latin1', 'latin-1'):
-            raise Refused(f'_codecs.encode of {type(text).__name__} as {encoding!r:.20}')
+            raise Refused(f'_codecs.encode of {brief(text)} as {brief(encoding)}')
         self.budget.charge(len(text), 'a bytes value')
         return text.encode('latin1')
 
@@ -435,16 +595,16 @@ class CheckedUnpickler(pickle._Unpickler):
     def _bytearray(self, data: Any = b'', encoding: Any = None) -> bytearray:
         """``bytearray(bytes)`` or ``bytearray(text, 'latin-1')`` (protocol 2): never of a size."""
         if not (type(data) is bytes and encoding is None or type(data) is str and encoding in ('latin1', 'latin-1')):
-            raise Refused(f'bytearray of {type(data).__name__} {data!r:.40}: only of bytes (a size, also one hidden '
+            raise Refused(f'bytearray of {type(data).__name__} {brief(data)}: only of bytes (a size, also one hidden '
                           f'in another object, is refused)')
         self.budget.charge(len(data), 'a bytearray')
         return bytearray(data, encoding) if encoding else bytearray(data)
 
     def _set(self, items: Any = ()) -> set:
         if type(items) not in (list, tuple):
-            raise Refused(f'a set of a {type(items).__name__}')
+            raise Refused(f'a set of {brief(items)}')
         self.budget.charge(SET_COST * len(items), 'a set', 'objects')
-        return set(items)
+        return set(hashable_key(item) for item in items)
 
     def _frozenset(self, items: Any = ()) -> frozenset:
         return frozenset(self._set(items))
@@ -455,7 +615,7 @@ class CheckedUnpickler(pickle._Unpickler):
     def _reconstruct(self, array_type: Any, shape: Any, code: Any) -> np.ndarray:
         """numpy's ``_reconstruct(ndarray, (0,), b'b')``: an empty array that BUILD then fills, once."""
         if array_type is not np.ndarray or shape != (0,) or code not in (b'b', 'b'):
-            raise Refused(f'_reconstruct({array_type!r:.40}, {shape!r:.40}, {code!r:.40}): numpy pickles its '
+            raise Refused(f'_reconstruct({brief(array_type)}, {brief(shape)}, {brief(code)}): numpy pickles its '
                           f"arrays as _reconstruct(ndarray, (0,), b'b')")
         array = np._core.multiarray._reconstruct(np.ndarray, (0,), b'b')
         self._arrays_to_build.add(id(array))
@@ -469,8 +629,20 @@ class CheckedUnpickler(pickle._Unpickler):
 
     def _complex(self, real: Any = 0.0, imag: Any = 0.0) -> complex:
         if type(real) not in (int, float) or type(imag) not in (int, float):
-            raise Refused(f'complex({type(real).__name__}, {type(imag).__name__})')
+            raise Refused(f'complex({brief(real)}, {brief(imag)})')
         return complex(real, imag)
+
+
+def _check_module_metadata(metadata: Any) -> None:
+    """A state dict's ``_metadata`` (what ``load_state_dict`` hands each module): a dict of module
+    names to dicts of string keys, ``version`` an integer if given."""
+    if metadata is None:
+        return
+    if type(metadata) not in _DICTS or any(
+            type(k) is not str or type(v) not in _DICTS or any(type(name) is not str for name in v)
+            or not (v.get('version') is None or type(v['version']) is int) for k, v in metadata.items()):
+        raise Refused(f"a state dict's _metadata that is {brief(metadata)}, not a dict of module names to dicts "
+                      f"of their versions")
 
 
 def _charged(handler: Callable, cost: int) -> Callable:
@@ -491,7 +663,10 @@ _OVERRIDES = {pickle.REDUCE[0]: CheckedUnpickler._reduce, pickle.NEWOBJ[0]: Chec
               pickle.BINPERSID[0]: CheckedUnpickler._binpersid, pickle.BYTEARRAY8[0]: CheckedUnpickler._bytearray8,
               pickle.APPEND[0]: CheckedUnpickler._append, pickle.APPENDS[0]: CheckedUnpickler._appends,
               pickle.SETITEM[0]: CheckedUnpickler._setitem, pickle.SETITEMS[0]: CheckedUnpickler._setitems,
-              pickle.ADDITEMS[0]: CheckedUnpickler._additems,
+              pickle.ADDITEMS[0]: CheckedUnpickler._additems, pickle.DICT[0]: CheckedUnpickler._dict,
+              pickle.LIST[0]: CheckedUnpickler._list, pickle.FROZENSET[0]: CheckedUnpickler._frozenset_op,
+              pickle.TUPLE[0]: CheckedUnpickler._tuple, pickle.TUPLE1[0]: CheckedUnpickler._tuple1,
+              pickle.TUPLE2[0]: CheckedUnpickler._tuple2, pickle.TUPLE3[0]: CheckedUnpickler._tuple3,
               **{code: _refused(name) for code, name in _REFUSED_OPCODES.items()}}
 class _Dispatch(dict):
     def __missing__(self, code: int) -> Callable:
@@ -540,17 +715,34 @@ def check_archive(f: IO[bytes], size: int) -> None:
                       f'where torch reads exactly one, {folder}/data.pkl')
 
 
+def is_tar_header(block: bytes) -> bool:
+    """Whether ``block`` (a file's first 512 bytes) is a tar header whose checksum holds, as ``tarfile``
+    judges it: only then does ``tarfile`` (torch's legacy reader opens every legacy file with it) parse
+    further, pax headers included (CVE-2024-6232 on this Python). Nothing but these bytes is read."""
+    if len(block) < TAR_BLOCK or block.count(0) == TAR_BLOCK:
+        return False
+    field = block[148:156]
+    if field[0] in (0o200, 0o377):  # base-256, as tarfile reads it
+        recorded = int.from_bytes(field[1:], 'big') - (256 ** 7 if field[0] == 0o377 else 0)
+    else:
+        digits = field.split(b'\0', 1)[0].strip()
+        if digits.strip(b'01234567'):
+            return False
+        recorded = int(digits or b'0', 8)
+    rest = block[:148] + block[156:TAR_BLOCK]
+    unsigned = 256 + sum(rest)
+    signed = 256 + sum(struct.unpack(f'{len(rest)}b', rest))
+    return recorded in (unsigned, signed)
+
+
 def _check_not_tar(f: IO[bytes]) -> None:
     """torch reads a legacy file that opens as a tar archive in the tar format of torch < 0.4, whose
-    storages take their sizes from the file before anything is checked: refused."""
-    try:
-        tarfile.open(fileobj=f, mode='r:', format=tarfile.PAX_FORMAT).close()
-    except tarfile.TarError:
-        return
-    finally:
-        f.seek(0)
-    raise Refused('the legacy tar format (torch before 0.4) is not read: load and save it again with a '
-                  'current torch, where you trust it')
+    storages take their sizes from the file before anything is checked: refused, from its first block."""
+    block = f.read(TAR_BLOCK)
+    f.seek(0)
+    if is_tar_header(block):
+        raise Refused('the legacy tar format (torch before 0.4) is not read: load and save it again with a '
+                      'current torch, where you trust it')
 
 
 def load_checked(path: str, map_location: Any = 'cpu', mmap: bool = False) -> Any:
@@ -587,5 +779,6 @@ def describe(exc: BaseException) -> Optional[str]:
     if not isinstance(exc, Refused):
         return None
     first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    first = first if len(first) <= MAX_REASON else f'{first[:MAX_REASON]}...'
     return (f'refused, since unpickling it could run code or exhaust memory ({first}); a checkpoint may hold '
             f"only tensors, plain containers, numeric numpy values and MMEngine's logging objects")

@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 import torch
 from mmengine.fileio import LocalBackend, register_backend
 
-from .checked_unpickler import describe as describe_refusal, load_checked
+from .checked_unpickler import MAX_REASON, describe as describe_refusal, load_checked
 from .download import DownloadError, download, file_digest
 
 __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
@@ -42,7 +42,8 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
     except Exception as exc:
         reason = describe_refusal(exc)
         if reason is None:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            text = str(exc).strip()
+            reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__
         raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
 
 

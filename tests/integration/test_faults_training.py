@@ -6,7 +6,7 @@ import time
 import torch
 
 from helpers import ROOT, free_port, launch_env, read_log, tiny_seg_config, train_cmd
-from xcit_dense.models.torch_safe_globals import allow_mmengine_checkpoints
+from xcit_dense.checkpoint import read_checkpoint_file
 
 HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)
 
@@ -68,8 +68,7 @@ def test_killing_one_rank_stops_the_survivor_naming_the_lost_peer(tmp_path, seg_
     assert named and named.group(1) == pid, out[-3000:]
     last = work_dir / 'iter_4.pth'
     assert (work_dir / 'last_checkpoint').read_text().strip() == str(last)
-    allow_mmengine_checkpoints()
-    checkpoint = torch.load(last, weights_only=True)
+    checkpoint = read_checkpoint_file(str(last))
     assert checkpoint['meta']['iter'] == 4 and checkpoint['state_dict']
 
 

@@ -11,8 +11,8 @@ import torch
 from mmengine.config import Config
 
 from helpers import ROOT, tiny_seg_config
+from xcit_dense.checkpoint import read_checkpoint_file
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
-from xcit_dense.models.torch_safe_globals import allow_mmengine_checkpoints
 from xcit_dense.inference import build_inferencer, predict_image
 from xcit_dense.models.weights import CheckpointError
 from xcit_dense.tasks import DETECTION, SEGMENTATION, task_of_config, task_of_state
@@ -116,9 +116,8 @@ def test_task_table():
 def check_stock_inferencer(task, config: Path, checkpoint: Path) -> None:
     """The stock inferencer (after the documented setup) loads every weight and the classes of
     the checkpoint, and predicts as the toolkit's inferencer does."""
-    allow_mmengine_checkpoints()
     stock = task.inferencer_class()(model=str(config), weights=str(checkpoint), device='cpu')
-    state = torch.load(checkpoint, weights_only=True)
+    state = read_checkpoint_file(str(checkpoint))
     assert list(stock.model.dataset_meta['classes']) == list(state['meta']['dataset_meta']['classes'])
     for key, value in stock.model.state_dict().items():
         torch.testing.assert_close(value, state['state_dict'][key], msg=key)

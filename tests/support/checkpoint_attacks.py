@@ -1,27 +1,42 @@
-"""The checkpoint attacks of issue 31, tried in one process as a user's run meets them, with the address
-space capped after the imports (its size + 1 GiB: a declared 64 GiB fails at once). Prints one JSON line
-per case, flushed, so that a case which crashes the process is the one after the last line printed.
+"""Checkpoint attacks tried in one process as a user's run meets them, with the address space capped after
+the imports (its size + 1 GiB: a declared 64 GiB fails at once). Prints one JSON line per case, flushed,
+so that a case which crashes the process is the one after the last line printed.
 
-Run by tests/unit/test_checkpoint_security.py as ``python checkpoint_attacks.py FOLDER`` with TORCH_HOME
-set to FOLDER/torch_home: the files are written under FOLDER; the planted ones hold a PickleExploit that
-creates FOLDER/pwned when unpickled."""
+``python checkpoint_attacks.py FOLDER`` (tests/unit/test_checkpoint_security.py, TORCH_HOME set to
+FOLDER/torch_home): issue 31's attacks (the planted ones hold a PickleExploit that creates FOLDER/pwned
+when unpickled), then issue 47's (:func:`shape_attacks`) through the checked reader, each line
+``{case: [outcome, CPU seconds]}``, and torch's allow-list before and after ``import xcit_dense`` and a
+read (``{"safe globals": [...]}``). ``python checkpoint_attacks.py FOLDER read_meta|mmengine`` tries
+issue 47's attacks (and the damaged metas) through that reading path only."""
 import json
 import pickle
 import resource
+import struct
 import sys
+import tarfile
+import time
 import zipfile
+from collections import OrderedDict
 from pathlib import Path
+from typing import Callable, Dict
 
 import numpy as np
 import torch
+import torch._dynamo  # noqa: F401  (adds its own entries to torch's allow-list when imported)
 
-import xcit_dense  # noqa: F401  (registers the checkpoint schemes)
-from capped_load import cap_address_space
-from helpers import PickleExploit
-from mmdet.models.backbones import ResNet
-from mmengine.runner.checkpoint import _load_checkpoint
-from xcit_dense.checkpoint import CheckpointError
-from xcit_dense.models.weights import read_checkpoint
+SAFE_GLOBALS = [sorted(map(str, torch.serialization.get_safe_globals()))]  # before the toolkit's import
+
+import xcit_dense  # noqa: E402,F401  (registers the checkpoint schemes)
+from capped_load import cap_address_space  # noqa: E402
+from helpers import PickleExploit  # noqa: E402
+from mmdet.models.backbones import ResNet  # noqa: E402
+from mmengine.runner.checkpoint import _load_checkpoint  # noqa: E402
+from mmengine.runner.checkpoint import load_checkpoint  # noqa: E402
+from xcit_dense.checkpoint import CheckpointError, read_meta  # noqa: E402
+from xcit_dense.engine.data_position import progress_of  # noqa: E402
+from xcit_dense.models.weights import read_checkpoint  # noqa: E402
+
+SAFE_GLOBALS.append(sorted(map(str, torch.serialization.get_safe_globals())))  # after the imports
 
 DECLARED = 2 ** 36  # 64 GiB
 # the hub-cache names MMEngine's tables give these model-zoo names
@@ -160,6 +175,160 @@ def peak_growth(attempt) -> str:
     return f'{outcome} | peak +{(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024} MB'
 
 
+# --- issue 47: what is built, the work on it, messages, tar, metas -----------------------------------
+
+class Reduce:
+    """Pickled as ``func(*args)``, then given ``state`` (BUILD) or ``items`` (SETITEMS), as a crafted file
+    would be written."""
+
+    def __init__(self, func, args, state=None, items=None) -> None:
+        self.func, self.args, self.state, self.items = func, args, state, items
+
+    def __call__(self):  # the pickler takes only callables as functions
+        raise NotImplementedError
+
+    def __reduce__(self):
+        return (self.func, self.args, self.state, None, iter(self.items) if self.items else None)
+
+
+P2 = pickle.PROTO + b'\x02'
+
+
+def binput(index: int) -> bytes:
+    return pickle.LONG_BINPUT + struct.pack('<I', index)
+
+
+def binget(index: int) -> bytes:
+    return pickle.LONG_BINGET + struct.pack('<I', index)
+
+
+def long1(value: int) -> bytes:
+    data = value.to_bytes((value.bit_length() + 8) // 8, 'little', signed=True)
+    return pickle.LONG1 + bytes([len(data)]) + data
+
+
+def zip_of(path: Path, body: bytes) -> Path:
+    """A torch zip archive (the records torch.save writes) whose data.pkl is ``body``."""
+    torch.save({}, path)
+    with zipfile.ZipFile(path) as source:
+        records = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(path, 'w') as out:
+        for name, data in records:
+            out.writestr(name, body if name.endswith('/data.pkl') else data)
+    return path
+
+
+def doubling(levels: int, tuples: bool) -> bytes:
+    """t(n+1) = (t(n), t(n)) through the memo: a few bytes per level, 2**levels values unrolled."""
+    out = pickle.BININT1 + b'\x01' + pickle.TUPLE1 + binput(0) if tuples else \
+        pickle.EMPTY_LIST + binput(0) + pickle.BININT1 + b'\x01' + pickle.APPEND
+    for n in range(1, levels + 1):
+        if tuples:
+            out += binget(n - 1) + binget(n - 1) + pickle.TUPLE2 + binput(n)
+        else:
+            out += pickle.EMPTY_LIST + binput(n) + pickle.MARK + binget(n - 1) + binget(n - 1) + pickle.APPENDS
+    return out
+
+
+def key_of(value: bytes) -> bytes:
+    """``{value: 1}``: the value used as a dict key (hashed)."""
+    return P2 + pickle.EMPTY_DICT + value + pickle.BININT1 + b'\x01' + pickle.SETITEM + pickle.STOP
+
+
+def tar_with_pax(path: Path, digits: int = 80_000) -> Path:
+    """A legacy-format name, a tar archive: a pax header of ``digits`` digits, which Python 3.11.7's tarfile
+    searches for ``hdrcharset`` by backtracking (CVE-2024-6232: quadratic), as torch's legacy reader opens it."""
+    header = tarfile.TarInfo('././@PaxHeader')
+    header.type, header.size = tarfile.XHDTYPE, digits
+    data = b'1' * digits
+    padding = b'\0' * (-digits % tarfile.BLOCKSIZE)
+    path.write_bytes(header.tobuf(tarfile.USTAR_FORMAT) + data + padding + b'\0' * 2 * tarfile.BLOCKSIZE)
+    return path
+
+
+def shape_attacks(folder: Path) -> Dict[str, Path]:
+    """Issue 47's files: each would crash the process, take unbounded CPU time, build an unbounded message
+    or parse a tar archive, if read by the reader of issue 31; the bad metas stop a resume."""
+    files = {
+        # hashing a tuple nested 200,000 deep recurses in C past the stack (SIGSEGV)
+        'deep tuple key': zip_of(folder / 'deep.pth', key_of(pickle.EMPTY_TUPLE + pickle.TUPLE1 * 200_000)),
+        # 1.9 KB: hashing visits 2**28 nodes
+        'doubling tuple key': zip_of(folder / 'doubling.pth', key_of(doubling(28, tuples=True))),
+        # a refusal that printed the called value's repr: 2**26 lists
+        'repr of a call': zip_of(folder / 'repr.pth', P2 + doubling(26, tuples=False) + pickle.EMPTY_TUPLE
+                                 + pickle.REDUCE + pickle.STOP),
+        # a refusal naming a 2 MB global
+        'long global name': zip_of(folder / 'global.pth', P2 + pickle.GLOBAL + b'os\n' + b'x' * 2_000_000 + b'\n'
+                                   + pickle.STOP),
+        # a size of 400,000 bits (its decimal digits are over Python's limit; formatting it raised)
+        'huge int in a message': zip_of(folder / 'huge_int.pth', P2 + pickle.GLOBAL + b'builtins\nbytearray\n'
+                                        + pickle.LONG4 + struct.pack('<i', 50_000) + b'\x7f' * 50_000
+                                        + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP),
+        # 20,000 integer keys of one hash (multiples of 2**61 - 1 apart)
+        'colliding int keys': zip_of(folder / 'collide.pth', P2 + pickle.EMPTY_DICT + pickle.MARK + b''.join(
+            long1(5 + i * (2 ** 61 - 1)) + pickle.BININT1 + b'\x00' for i in range(20_000)) + pickle.SETITEMS
+            + pickle.STOP),
+        # a list that holds itself
+        'cycle': zip_of(folder / 'cycle.pth', P2 + pickle.EMPTY_DICT + pickle.BINUNICODE + b'\x04\0\0\0meta'
+                        + pickle.EMPTY_LIST + binput(0) + binget(0) + pickle.APPEND + pickle.SETITEM + pickle.STOP),
+        'legacy tar with a pax header': tar_with_pax(folder / 'tar.pth'),
+    }
+    # a view of 80 sizes of 2,040 bits: prod() of them before any check
+    torch.save({'t': Reduce(torch._utils._rebuild_tensor_v2, (torch.zeros(1).untyped_storage(), 0,
+                                                              (2 ** 2040 + 1,) * 80, (1,) * 80, False, OrderedDict()))},
+               folder / 'view.pth')
+    files['huge sizes in a view'] = folder / 'view.pth'
+    state = OrderedDict(w=torch.ones(1))
+    state._metadata = []  # load_state_dict fails on it, long after the choice of the checkpoint
+    torch.save({'state_dict': state, 'meta': {'iter': 1}}, folder / 'metadata.pth')
+    files['_metadata a list'] = folder / 'metadata.pth'
+    torch.save({'state_dict': {}, 'meta': {1.5: 1}}, folder / 'float_key.pth')
+    files['meta with a float key'] = folder / 'float_key.pth'
+    return files
+
+
+# metas that stopped a resume's choice of the newest checkpoint: plain values, which the checked reader
+# reads; the typed record (data_position.progress_of) refuses them
+BAD_METAS = {'iter a string': {'iter': '7'}, 'iter NaN': {'iter': float('nan')}, 'iter inf': {'iter': float('inf')},
+             'iter of 5,000 digits': {'iter': '9' * 5000}, 'epoch 2**60': {'epoch': 2 ** 60},
+             'data_position without epoch': {'data_position': {'samples': 3}}}
+
+
+def timed(case: str, attempt: Callable) -> None:
+    """One line: ``{case: [outcome, CPU seconds]}``."""
+    start = time.process_time()
+    try:
+        result = attempt()
+        outcome = f'loaded {type(result).__name__}'
+    except CheckpointError as exc:
+        outcome = f'refused {exc}'
+    except Exception as exc:  # noqa: BLE001  (the report names whatever else happened)
+        outcome = f'{type(exc).__name__} {exc}'
+    print(json.dumps({case: [outcome[:100_000], time.process_time() - start]}), flush=True)
+
+
+def read_progress(path: str):
+    try:
+        return progress_of(read_meta(path))
+    except ValueError as exc:
+        raise CheckpointError(f'checkpoint {path}: {exc}') from exc
+
+
+PATHS = {'reader': lambda path: read_checkpoint(path), 'read_meta': read_progress,
+         'mmengine': lambda path: load_checkpoint(torch.nn.Linear(1, 1), path, map_location='cpu')}
+
+
+def try_shape_attacks(folder: Path, path_kind: str) -> None:
+    files = shape_attacks(folder)
+    if path_kind == 'read_meta':
+        for case, meta in BAD_METAS.items():
+            files[case] = folder / f'{len(files)}.pth'
+            torch.save({'state_dict': {}, 'meta': meta}, files[case])
+    read = PATHS[path_kind]
+    for case, path in files.items():
+        timed(case, lambda: read(str(path)))
+
+
 def main(folder: Path) -> None:
     opcodes = many_opcodes(folder)  # first: nothing else has raised the peak yet
     cap_address_space()
@@ -193,7 +362,13 @@ def main(folder: Path) -> None:
     for case, path in files.items():
         report(case, lambda: read_checkpoint(str(path)))
     report('zero strides, cast', lambda: read_checkpoint(str(zero_strides(folder)))['t'].float().sum())
+    SAFE_GLOBALS.append(sorted(map(str, torch.serialization.get_safe_globals())))  # after the reads above
+    try_shape_attacks(folder, 'reader')
+    print(json.dumps({'safe globals': SAFE_GLOBALS}), flush=True)
 
 
 if __name__ == '__main__':
-    main(Path(sys.argv[1]))
+    if len(sys.argv) > 2:
+        try_shape_attacks(Path(sys.argv[1]), sys.argv[2])
+    else:
+        main(Path(sys.argv[1]))

@@ -20,14 +20,15 @@ import torch
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
+from checkpoint_attacks import key_of, zip_of
 from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
 from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
 from xcit_dense.models.weights import read_checkpoint
 from xcit_dense import download
 from xcit_dense.download import ALLOW_HTTP, cache_path
+from xcit_dense.engine import resume
 from xcit_dense.engine.hooks.rng_state import get_rng_state
 from xcit_dense.checked_unpickler import history_buffer_method
-from xcit_dense.models.torch_safe_globals import CheckpointArray, allow_mmengine_checkpoints
 
 
 @pytest.fixture
@@ -38,13 +39,14 @@ def evil(tmp_path) -> Path:
 
 
 def test_the_getattr_chain_runs_nothing_through_any_reader(evil):
-    """The scan refuses it first; torch's own weights-only load (what any other reader in the process
-    uses) refuses it too, since ``builtins.getattr`` resolves HistoryBuffer's methods only."""
+    """The checked reader refuses it; torch's own weights-only load (what any other reader in the process
+    uses) refuses it too, its allow-list untouched by the toolkit; the reader's ``getattr`` resolves
+    HistoryBuffer's methods only."""
     with pytest.raises(CheckpointError, match=r'evil\.pth: refused.*could run code'):
         read_checkpoint(str(evil))
     with pytest.raises(CheckpointError, match='could run code'):
         _load_checkpoint(str(evil))  # MMEngine's reader: load_from, resume, the stock inferencers
-    with pytest.raises(pickle.UnpicklingError, match=r"getattr\(.*'__self__'\) is refused"):
+    with pytest.raises(pickle.UnpicklingError, match='GLOBAL getattr was not an allowed global'):
         torch.load(evil, weights_only=True)
     assert not (evil.parent / 'pwned').exists()
     assert history_buffer_method(HistoryBuffer, 'mean') is HistoryBuffer.mean
@@ -124,19 +126,6 @@ def test_the_reader_is_used_under_torch_force_weights_only_load(tmp_path, monkey
     assert read_checkpoint(str(tmp_path / 'c.pth'))['meta']['seed'] == 3
 
 
-def test_torch_weights_only_reads_numeric_arrays_as_plain_arrays_again(tmp_path):
-    """The process-wide list (torch's own unpickler): arrays come back as CheckpointArray, which only
-    _reconstruct makes, and are saved again as plain ndarrays."""
-    allow_mmengine_checkpoints()
-    torch.save({'a': np.arange(5, dtype=np.int16)}, tmp_path / 'a.pth')
-    loaded = torch.load(tmp_path / 'a.pth', weights_only=True)['a']
-    assert isinstance(loaded, CheckpointArray) and loaded.tolist() == list(range(5))
-    again = pickle.loads(pickle.dumps(loaded[1:]))
-    assert type(again) is np.ndarray and again.tolist() == [1, 2, 3, 4]
-    with pytest.raises(pickle.UnpicklingError, match='called directly'):
-        CheckpointArray((1,), 'O', b'AAAAAAAA')
-
-
 def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
     """The payload in the meta of an otherwise valid MMEngine checkpoint."""
     real = tmp_path / 'real.pth'
@@ -196,6 +185,58 @@ def test_checkpoint_attacks_in_one_capped_process(tmp_path):
     # scan), refused once the opcodes have cost 64 times the file
     opcodes, growth = outcomes['many opcodes'].rsplit(' | peak +', 1)
     assert opcodes.startswith('refused') and 'one more pickle opcode' in opcodes and int(growth[:-3]) < 48, outcomes
+    # issue 47, through the checked reader: what is built, the work on it, the messages, tar parsing
+    check_shape_attacks(outcomes, 'reader')
+    # torch's allow-list: the same before `import xcit_dense` (after torch._dynamo's), after it and after the reads
+    before, after_import, after_reads = outcomes['safe globals']
+    assert before == after_import == after_reads, (set(after_import) ^ set(before), set(after_reads) ^ set(before))
+
+
+# what each of issue 47's attacks is refused for (tests/support/checkpoint_attacks.py): a crash (SIGSEGV: a deep
+# key's hash), unbounded CPU time (a key's hash over 2**28 shared values, colliding keys, products of huge sizes,
+# tarfile's pax parsing), a message of unbounded cost (a repr, a huge int formatted), a cycle, a _metadata that
+# load_state_dict fails on, a key nothing writes
+SHAPE_REASONS = {'deep tuple key': 'nested more than 64 deep', 'doubling tuple key': 'values once unrolled',
+                 'repr of a call': 'values once unrolled', 'long global name': '(2000003 long) is not allowed',
+                 'huge int in a message': 'bytearray of int an int of 399999 bits',
+                 'colliding int keys': 'below 2**48', 'cycle': 'already inside another value',
+                 'legacy tar with a pax header': 'legacy tar format', 'huge sizes in a view': 'an int of 2041 bits',
+                 '_metadata a list': "_metadata that is a list", 'meta with a float key': 'that is 1.5'}
+META_REASONS = {'iter a string': "iter is '7'", 'iter NaN': 'iter is nan', 'iter inf': 'iter is inf',
+                'iter of 5,000 digits': '(5000 long)', 'epoch 2**60': 'epoch is 1152921504606846976',
+                'data_position without epoch': 'not a dict of epoch and samples'}
+
+
+def check_shape_attacks(outcomes: dict, path_kind: str) -> None:
+    """Each attack refused, naming its file and reason, in a message under 1,000 characters and within 2 s of
+    CPU time; the process ran them all (no signal)."""
+    reasons = dict(SHAPE_REASONS, **(META_REASONS if path_kind == 'read_meta' else {}))
+    assert set(reasons) <= set(outcomes), (path_kind, sorted(set(reasons) - set(outcomes)), outcomes)
+    for case, reason in reasons.items():
+        message, cpu = outcomes[case]
+        assert message.startswith('refused') and reason in message and '.pth' in message, (path_kind, case, message)
+        assert len(message) < 1000 and cpu < 2, (path_kind, case, len(message), cpu)
+
+
+@pytest.mark.slow
+def test_checkpoint_attacks_through_read_meta_and_mmengine(tmp_path):
+    """Issue 47's attacks through the two other reading paths, one process each (run side by side): the
+    meta a resume's choice reads (with the damaged metas) and MMEngine's load_checkpoint (load_from)."""
+    procs = {}
+    for kind in ('read_meta', 'mmengine'):
+        (tmp_path / kind).mkdir()
+        procs[kind] = subprocess.Popen([sys.executable, str(SUPPORT / 'checkpoint_attacks.py'), str(tmp_path / kind),
+                                        kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        results = {kind: proc.communicate(timeout=300) for kind, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    for kind, (out, err) in results.items():
+        assert procs[kind].returncode == 0, (kind, procs[kind].returncode, out[-2000:], err[-3000:])
+        check_shape_attacks({k: v for line in out.splitlines() if line.startswith('{')
+                             for k, v in json.loads(line).items()}, kind)
 
 
 # --- checkpoint writes --------------------------------------------------------------------------
@@ -305,3 +346,26 @@ def test_one_process_per_node_downloads(file_server, monkeypatch):
     assert [c.exitcode for c in children] == [0] * 4
     assert results == [[0.0, 1.0, 2.0]] * 4
     assert file_server['hits'] == {'/n/model.pth': 1}
+
+
+# --- the choice of the checkpoint to resume from -------------------------------------------------
+
+def test_a_resume_skips_damaged_checkpoints_naming_each(tmp_path, monkeypatch):
+    """Newer checkpoints whose meta is not what a run writes, or that the reader refuses, are named in the
+    log with their reason and skipped (before: a string ``iter`` or a position without its epoch stopped the
+    choice, a deep key crashed it); with none readable, one error lists each file."""
+    logged = []
+    monkeypatch.setattr(resume, 'print_log', lambda message, **kwargs: logged.append(message))
+    save_checkpoint({'state_dict': {'w': torch.ones(2)}, 'meta': {'iter': 1}}, str(tmp_path / 'iter_1.pth'))
+    save_checkpoint({'state_dict': {}, 'meta': {'iter': '7'}}, str(tmp_path / 'iter_7.pth'))
+    save_checkpoint({'state_dict': {}, 'meta': {'iter': 8, 'data_position': {'samples': 3}}},
+                    str(tmp_path / 'iter_8.pth'))
+    zip_of(tmp_path / 'iter_9.pth', key_of(pickle.EMPTY_TUPLE + pickle.TUPLE1 * 1000))
+    assert resume.find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')
+    for name, reason in (('iter_7', "iter is '7'"), ('iter_8', 'not a dict of epoch and samples'),
+                         ('iter_9', 'nested more than 64 deep')):
+        assert any(f'{name}.pth' in line and reason in line for line in logged), (name, logged)
+    (tmp_path / 'iter_1.pth').write_bytes(b'PK\x03\x04 truncated')
+    with pytest.raises(CheckpointError, match='no checkpoint in .* can be loaded') as error:
+        resume.find_resumable_checkpoint(str(tmp_path))
+    assert all(f'iter_{n}.pth' in str(error.value) for n in (1, 7, 8, 9)), error.value

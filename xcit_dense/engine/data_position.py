@@ -3,9 +3,13 @@ samples of that epoch that all ranks together have trained on.
 
 Samples, not batches or iterations: a resume under another world size or batch size still knows
 how far the epoch went. ``DataPositionHook`` writes and restores the position; engine/resume.py
-ranks checkpoints by it.
+ranks checkpoints by it (:func:`progress_of`).
 """
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from ..checked_unpickler import LARGEST_INT, brief
 
 META_KEY = 'data_position'
 
@@ -29,12 +33,37 @@ def recorded_position(meta: dict) -> Optional[DataPosition]:
     return DataPosition(int(recorded['epoch']), int(recorded['samples']))
 
 
-def progress_key(meta: dict) -> tuple:
-    """How far the run of a checkpoint got, for comparing checkpoints of one work dir: the data
-    position first (it holds across batch plans), then the iteration. A checkpoint without a
-    position counts as the start of its epoch."""
-    position = recorded_position(meta) or DataPosition(int(meta.get('epoch', 0)), 0)
-    return position.epoch, position.samples, int(meta.get('iter', 0))
+class Progress(NamedTuple):
+    """How far the run of a checkpoint got, as its ``meta`` records it, for comparing checkpoints of
+    one work dir: the data position first (it holds across batch plans), then the iteration."""
+
+    epoch: int
+    samples: int
+    iter: int
+
+
+def _count(record: dict, key: str, where: str) -> int:
+    value = record.get(key, 0)
+    if not (type(value) is int or isinstance(value, np.integer)) or not 0 <= value < LARGEST_INT:
+        raise ValueError(f'its meta\'s {where} is {brief(value)}, not an integer from 0 to 2**48')
+    return int(value)
+
+
+def progress_of(meta: Any) -> Progress:
+    """The :class:`Progress` a checkpoint's ``meta`` records, every field checked (a file is data from
+    whoever could write the work dir): ``iter``, ``epoch`` and the position's ``epoch`` and ``samples``
+    are integers from 0 to 2**48; what is missing counts as 0, a checkpoint without a position as the
+    start of its epoch. Raises ValueError naming the field that is not so."""
+    if not isinstance(meta, dict):
+        raise ValueError(f'its meta is {brief(meta)}, not a dict')
+    iteration = _count(meta, 'iter', 'iter')
+    position = meta.get(META_KEY)
+    if position is None:
+        return Progress(_count(meta, 'epoch', 'epoch'), 0, iteration)
+    if not isinstance(position, dict) or set(position) != {'epoch', 'samples'}:
+        raise ValueError(f'its meta\'s {META_KEY} is {brief(position)}, not a dict of epoch and samples')
+    return Progress(_count(position, 'epoch', f'{META_KEY} epoch'), _count(position, 'samples',
+                                                                        f'{META_KEY} samples'), iteration)
 
 
 def batch_size(dataloader) -> int:

@@ -19,10 +19,11 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from ..checked_unpickler import MAX_REASON
 from ..checkpoint import AtomicLocalBackend, CheckpointError, read_meta
 from ..models.weights import check_matches_model, read_checkpoint
 from . import collectives
-from .data_position import progress_key
+from .data_position import progress_of
 
 __all__ = ['Restart', 'Resume', 'agree_on_restart', 'find_resumable_checkpoint', 'read_resumable_checkpoint',
            'restart', 'seed_from_checkpoint', 'write_pointer']
@@ -73,22 +74,31 @@ def _newest_first(work_dir: str) -> Tuple[List[str], List[str]]:
     """The training checkpoints of a work dir (absolute paths), the furthest run first, and what
     kept others out.
 
-    How far a checkpoint's run got is read from its ``meta`` alone (``data_position.progress_key``),
+    How far a checkpoint's run got is read from its ``meta`` alone (``data_position.progress_of``),
     never from the number in its name: ``epoch_N`` and ``iter_N`` count different things, and a
-    preemption's ``iter_N`` may be older than an epoch's checkpoint written after it. Files whose
-    meta cannot be read are reported and skipped; the modification time breaks ties."""
+    preemption's ``iter_N`` may be older than an epoch's checkpoint written after it. A file that
+    fails in any way (refused, damaged, a meta that is not what a run writes) is reported, naming it
+    and the reason, and skipped; the modification time breaks ties."""
     folder = os.path.abspath(work_dir)
     ranked, problems = [], []
     for path in glob.glob(os.path.join(glob.escape(folder), '*.pth')):
         if not CHECKPOINT_NAME.search(os.path.basename(path)):
             continue
         try:
-            ranked.append((progress_key(read_meta(path)), os.path.getmtime(path), path))
-        except (CheckpointError, FileNotFoundError) as exc:
-            problems.append(str(exc))
-            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
+            ranked.append((progress_of(read_meta(path)), os.path.getmtime(path), path))
+        except Exception as exc:  # noqa: BLE001  (any failure of one candidate: the next one is tried)
+            problems.append(_skipped(path, exc))
     ranked.sort(reverse=True)
     return [path for _, _, path in ranked], problems
+
+
+def _skipped(path: str, exc: Exception) -> str:
+    """Log that the checkpoint ``path`` is skipped, and why (the reason's first line, bounded); the reason."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__
+    problem = reason if path in reason else f'checkpoint {path}: {reason}'
+    print_log(f'{problem}; trying an older checkpoint', logger='current', level=logging.WARNING)
+    return problem
 
 
 def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
@@ -98,9 +108,8 @@ def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
     for path in paths:
         try:
             checkpoint = read_checkpoint(path)
-        except (CheckpointError, FileNotFoundError) as exc:
-            problems.append(str(exc))
-            print_log(f'{exc}; trying an older checkpoint', logger='current', level=logging.WARNING)
+        except Exception as exc:  # noqa: BLE001  (any failure of one candidate: the next one is tried)
+            problems.append(_skipped(path, exc))
             continue
         if problems:
             print_log(f'resuming from {path}, the newest checkpoint that loads', logger='current',

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import check_image_file, decode_image
-from xcit_dense.pixel_limit import DEFAULT_MAX_PIXELS
+from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
 from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
 from xcit_dense.checkpoint import CheckpointError
@@ -48,6 +48,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--max-pixels', type=int, default=DEFAULT_MAX_PIXELS,
                         help='images whose header declares more pixels are refused before decoding '
                              '(a few bytes can declare 40000x40000)')
+    parser.add_argument('--max-bytes', type=int, default=DEFAULT_MAX_BYTES,
+                        help='image files larger than this on disk are refused before they are opened')
     parser.add_argument('--device', help="where the model runs, e.g. cpu or cuda:1 (default: cuda:0 "
                                          "when torch sees a GPU, else cpu)")
     parser.add_argument('--mosaic', metavar='FILE',
@@ -65,13 +67,14 @@ def list_inputs(inputs: List[str]) -> Iterator[str]:
             yield item
 
 
-def read_image(path: str, max_pixels: int) -> np.ndarray:
-    """A BGR image decoded as the pipelines decode it (EXIF orientation ignored), its header checked
-    against ``max_pixels`` first; FileNotFoundError or ValueError with the reason otherwise."""
+def read_image(path: str, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
+    """A BGR image decoded as the pipelines decode it (EXIF orientation ignored), its size on disk
+    checked against ``max_bytes`` and its header against ``max_pixels`` first; FileNotFoundError or
+    ValueError with the reason otherwise."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f'{path}: no such file')
     try:
-        check_image_file(path, max_pixels=max_pixels)
+        check_image_file(path, max_pixels=max_pixels, max_bytes=max_bytes)
         return decode_image(path)
     except BadSample as exc:
         if exc.kind == UNREADABLE_IMAGE:
@@ -141,7 +144,7 @@ def main() -> None:
     results, pictures, used, failures = [], [], set(), 0
     for path in tqdm(inputs, desc='inference', unit='image'):
         try:
-            image = read_image(path, args.max_pixels)
+            image = read_image(path, args.max_pixels, args.max_bytes)
         except (FileNotFoundError, ValueError) as exc:
             tqdm.write(f'error: {exc}', file=sys.stderr)
             results.append(dict(image=path, error=str(exc)))

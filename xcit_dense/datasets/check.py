@@ -20,7 +20,7 @@ from mmengine.config import Config
 from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
-from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
+from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
 from .robust import check_sample_files, label_values_problem, sample_folders
 
@@ -121,13 +121,14 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     for kind, count in getattr(dataset, 'problems', {}).items():  # what CheckedCocoDataset dropped
         report.add_bad(kind, count, dataset.examples[kind])
     folders, max_pixels = sample_folders(dataset), cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
+    max_bytes = cfg.get(MAX_BYTES_KEY, DEFAULT_MAX_BYTES)
     if segmentation:
         with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmengine')):
             load_labels = TRANSFORMS.build(dict(type='LoadAnnotations'))
     for info in dataset.data_list:
         size, bad = None, None
         try:
-            size = check_sample_files(info, folders, max_pixels, decode=True)
+            size = check_sample_files(info, folders, max_pixels, decode=True, max_bytes=max_bytes)
             if segmentation and info.get('seg_map_path'):
                 _check_label_values(info, load_labels, len(report.classes))
         except BadSample as exc:

@@ -1,5 +1,6 @@
 """The files of one sample, checked before anything decodes them: a path that stays inside its
-folder, a file that exists, a header whose size is within a pixel limit (a few bytes can declare
+folder, a file that exists and whose size on disk is within a limit (a sparse file of a gigabyte can
+carry a small image's header), a header whose size is within a pixel limit (a few bytes can declare
 40000x40000 pixels, gigabytes once decoded), and on request a full decode by the decoder the
 pipelines use (OpenCV for images, PIL for label maps), so that a check and training agree on what
 is readable.
@@ -22,9 +23,10 @@ import cv2
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY, OPENCV_LIMIT_VAR, opencv_limit
-from .problems import (MISSING_IMAGE, MISSING_LABEL_MAP, PATH_OUTSIDE, TOO_MANY_PIXELS, UNREADABLE_IMAGE,
-                       UNREADABLE_LABEL_MAP, BadSample)
+from ..pixel_limit import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY, OPENCV_LIMIT_VAR,
+                           opencv_limit)
+from .problems import (LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, PATH_OUTSIDE, TOO_MANY_BYTES,
+                       TOO_MANY_PIXELS, UNREADABLE_IMAGE, UNREADABLE_LABEL_MAP, BadSample)
 
 __all__ = ['IMAGE', 'LABEL_MAP', 'check_inside', 'check_image_file',
            'decode_image']
@@ -73,17 +75,39 @@ def decode_image(path: str) -> np.ndarray:
     return image
 
 
+# PIL's modes of at most 8 bits per value: what mmseg's 8-bit cast keeps as it is
+_EIGHT_BIT_MODES = ('1', 'L', 'P', 'LA', 'PA', 'RGB', 'RGBA', 'CMYK', 'YCbCr', 'LAB', 'HSV')
+
+
+def _check_wide_labels(path: str, image: Image.Image) -> None:
+    """A label map of more than 8 bits per value (a 16-bit PNG, ...): mmseg's loader casts its values to
+    8 bits without a word (300 becomes 44, another class), so one of 256 or more is refused, naming the
+    largest; one whose values all fit reads as it would from an 8-bit file."""
+    values = np.asarray(image)
+    largest, smallest = (int(values.max()), int(values.min())) if values.size else (0, 0)
+    if largest >= 256 or smallest < 0:
+        raise BadSample(LABELS_OUTSIDE, path, f'a {image.mode} label map whose values reach {largest} '
+                        f'(smallest {smallest}): label maps are read as 8 bits (values 0..255)')
+
+
 def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX_PIXELS,
-                     decode: bool = False) -> Optional[Tuple[int, int]]:
-    """The (height, width) its header declares, after checking it against ``max_pixels``; with
+                     decode: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> Optional[Tuple[int, int]]:
+    """The (height, width) its header declares, after checking the file's size on disk against
+    ``max_bytes`` (before it is opened) and the header against ``max_pixels``; with
     ``decode`` the whole file is decoded too, by the pipelines' decoder (OpenCV for an image, PIL
     for a label map). An image in a format PIL does not read is always decoded by OpenCV, from its
     file, under OpenCV's own limit: the pipeline decodes a copy in memory, which for these formats
     (Radiance HDR, ...) OpenCV writes to a temporary file that it leaves behind when it refuses the
-    image. Raises ``BadSample`` (missing, unreadable, over the limit)."""
+    image. A label map of more than 8 bits per pixel is decoded at once: mmseg's loader casts it to
+    8 bits, so a value of 256 or more is refused (``_check_wide_labels``). Raises ``BadSample``
+    (missing, unreadable, over a limit)."""
     missing, unreadable = _KINDS[what]
     if not os.path.isfile(path):
         raise BadSample(missing, path, 'no such file')
+    on_disk = os.stat(path).st_size
+    if on_disk > max_bytes:
+        raise BadSample(TOO_MANY_BYTES, path, f'{on_disk} bytes on disk, over the limit of {max_bytes} '
+                        f'({MAX_BYTES_KEY})')
     size = None
     try:
         with _headers_of_any_size(), Image.open(path) as image:
@@ -92,7 +116,9 @@ def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX
                 raise BadSample(TOO_MANY_PIXELS, path, f'its header declares {width}x{height} pixels, over the '
                                 f'limit of {max_pixels} ({MAX_PIXELS_KEY})')
             size = height, width
-            if decode and what == LABEL_MAP:
+            if what == LABEL_MAP and image.mode not in _EIGHT_BIT_MODES:
+                _check_wide_labels(path, image)
+            elif decode and what == LABEL_MAP:
                 image.load()
     except UnidentifiedImageError:
         if what == LABEL_MAP:

@@ -19,7 +19,7 @@ from mmengine.registry import DATASETS
 from pycocotools import mask as mask_utils
 
 from .annotations import polygon_problem, rle_problem
-from ..pixel_limit import DEFAULT_MAX_PIXELS
+from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from .files import IMAGE, LABEL_MAP, check_image_file, check_inside
 from .problems import (BAD_RLE, LABEL_MAP_SIZE, LABELS_OUTSIDE, PIPELINE_FAILED, POLYGON_OUTSIDE, BadSample,
                        summary)
@@ -58,7 +58,7 @@ def mask_problem(mask: Any, height: int, width: int, decode: bool = False) -> Op
 
 
 def check_sample_files(info: dict, folders: Dict[str, str], max_pixels: int = DEFAULT_MAX_PIXELS,
-                       decode: bool = False) -> Optional[Tuple[int, int]]:
+                       decode: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> Optional[Tuple[int, int]]:
     """Check one sample's files before decoding (with ``decode``, decode them too, as the pipelines
     do) and what its annotations ask the decoders for; raises BadSample. Returns the image's
     (height, width) where known (see ``check_image_file``)."""
@@ -67,7 +67,7 @@ def check_sample_files(info: dict, folders: Dict[str, str], max_pixels: int = DE
         path = info.get(key)
         if path:
             check_inside(path, folders[key])
-            sizes[key] = check_image_file(path, what, max_pixels, decode)
+            sizes[key] = check_image_file(path, what, max_pixels, decode, max_bytes)
     image, labels = sizes.get('img_path'), sizes.get('seg_map_path')
     if image and labels and tuple(image) != tuple(labels):
         raise BadSample(LABEL_MAP_SIZE, info['seg_map_path'], f'{labels[0]}x{labels[1]} pixels, its image '
@@ -88,10 +88,10 @@ def label_values_problem(values: np.ndarray, classes: int, ignore_index: int) ->
     return None
 
 
-def _diagnose(info: dict, folders: Dict[str, str], max_pixels: int, exc: Exception) -> BadSample:
+def _diagnose(info: dict, folders: Dict[str, str], max_pixels: int, max_bytes: int, exc: Exception) -> BadSample:
     """The pipeline failed on a sample whose headers were fine: decode its files to name the culprit."""
     try:
-        check_sample_files(info, folders, max_pixels, decode=True)
+        check_sample_files(info, folders, max_pixels, decode=True, max_bytes=max_bytes)
     except BadSample as found:
         return found
     path = info.get('img_path') or info.get('seg_map_path') or 'a sample'
@@ -102,10 +102,10 @@ class _CheckedSamples:
     """A dataset wrapper whose samples are loaded through ``load``; everything else is the dataset's."""
 
     def __init__(self, dataset: Union[dict, Any], ignore_index: int = 255,
-                 max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+                 max_image_pixels: int = DEFAULT_MAX_PIXELS, max_image_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
         self.ignore_index = ignore_index
-        self.max_image_pixels = max_image_pixels
+        self.max_image_pixels, self.max_image_bytes = max_image_pixels, max_image_bytes
 
     @property
     def metainfo(self) -> dict:
@@ -134,13 +134,13 @@ class _CheckedSamples:
         """Sample ``idx`` through the pipeline, its files checked first; raises BadSample."""
         info = self.dataset.get_data_info(idx)
         folders = sample_folders(self.dataset)
-        check_sample_files(info, folders, self.max_image_pixels)
+        check_sample_files(info, folders, self.max_image_pixels, max_bytes=self.max_image_bytes)
         try:
             sample = self.dataset[idx]
         except BadSample:
             raise
         except Exception as exc:  # any per-sample failure: a decode error, a transform's, ...
-            raise _diagnose(info, folders, self.max_image_pixels, exc) from exc
+            raise _diagnose(info, folders, self.max_image_pixels, self.max_image_bytes, exc) from exc
         self._check_labels(sample, info)
         return sample
 
@@ -154,8 +154,8 @@ class SkipBadSamples(_CheckedSamples):
     """
 
     def __init__(self, dataset: Union[dict, Any], ignore_index: int = 255, max_tries: int = 100,
-                 max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
-        super().__init__(dataset, ignore_index, max_image_pixels)
+                 max_image_pixels: int = DEFAULT_MAX_PIXELS, max_image_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(dataset, ignore_index, max_image_pixels, max_image_bytes)
         self.max_tries = max_tries
         self.skipped_by_kind: Counter = Counter()
 

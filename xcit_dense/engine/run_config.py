@@ -19,7 +19,7 @@ from mmengine.logging import print_log
 
 from ..builder import load_config
 from ..checkpoint import ATOMIC_WRITES
-from ..pixel_limit import DEFAULT_MAX_PIXELS, MAX_PIXELS_KEY
+from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .cuda_ops import check_cuda_ops
@@ -161,8 +161,10 @@ def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = Fal
 def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
     """Wrap the datasets of ``loaders``: a bad training sample is reported, counted and replaced
     (``SkipBadSamples``), a bad validation or test sample stops the run naming the file
-    (``StopOnBadSamples``). Both check image headers against the config's ``max_image_pixels``."""
-    max_pixels = cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
+    (``StopOnBadSamples``). Both check files against the config's ``max_image_bytes`` and image
+    headers against its ``max_image_pixels``."""
+    limits = dict(max_image_pixels=cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS),
+                  max_image_bytes=cfg.get(MAX_BYTES_KEY, DEFAULT_MAX_BYTES))
     for loader in loaders:
         dataloader = cfg.get(loader)
         if not dataloader:
@@ -170,9 +172,10 @@ def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
         wrapper = 'SkipBadSamples' if loader == 'train_dataloader' else 'StopOnBadSamples'
         dataset = dataloader.dataset
         if dataset.get('type') == wrapper:
-            dataset.setdefault('max_image_pixels', max_pixels)
+            for key, value in limits.items():
+                dataset.setdefault(key, value)
         else:
-            dataloader.dataset = dict(type=wrapper, dataset=dataset, max_image_pixels=max_pixels)
+            dataloader.dataset = dict(type=wrapper, dataset=dataset, **limits)
 
 
 @dataclass

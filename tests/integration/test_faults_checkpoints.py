@@ -1,14 +1,18 @@
 """Checkpoint faults, provoked for real: truncation, a kill while saving, crafted pickles, a full
 or read-only disk. Nothing that was saved before may be lost."""
+import pickle
 import random
 import shutil
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
+from checkpoint_attacks import key_of, zip_of
 from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, run_tool_in_process,
                      tiny_seg_config, train_cmd, wait_for)
 from xcit_dense.models.weights import read_checkpoint
@@ -182,3 +186,25 @@ def test_unwritable_work_dir_at_save_time(tmp_path, seg_data):
     assert 'cannot write' in err and 'Operation not permitted' in err
     assert torch.load(work_dir / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2
     assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')
+
+
+@pytest.mark.slow
+def test_a_planted_newest_checkpoint_is_skipped_by_a_resume_and_refused_by_infer(tmp_path, trained):
+    """Issue 47: a 200 KB file whose deep dict key crashed the process (SIGSEGV) when hashed, planted as
+    the newest checkpoint of the work dir: the auto-resume names it and continues from iter_4.pth;
+    tools/infer.py refuses it with a short message naming it."""
+    config, work_dir = trained
+    planted = zip_of(work_dir / 'iter_9.pth', key_of(pickle.EMPTY_TUPLE + pickle.TUPLE1 * 200_000))
+    proc = run(train_cmd(config, work_dir, '--resume'))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert 'iter_9.pth' in log and 'nested more than 64 deep' in log, log[-3000:]
+    assert 'iter_4.pth, the newest checkpoint that loads' in log and 'Iter(train) [6/6]' in log
+    image = tmp_path / 'image.png'
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+    infer = run([sys.executable, str(ROOT / 'tools/infer.py'), str(config), str(planted), str(image),
+                 '--out-dir', str(tmp_path / 'out'), '--device', 'cpu'], cwd=tmp_path)
+    assert infer.returncode == 1, (infer.returncode, infer.stderr[-2000:])  # a signal: negative
+    error = infer.stderr.strip().splitlines()[-1]
+    assert error.startswith('error: ') and 'iter_9.pth' in error and 'nested more than 64 deep' in error, error
+    assert len(error) < 1000

@@ -219,10 +219,12 @@ def zip_of(path: Path, body: bytes) -> Path:
 
 
 def doubling(levels: int, tuples: bool) -> bytes:
-    """t(n+1) = (t(n), t(n)) through the memo: a few bytes per level, 2**levels values unrolled."""
+    """t(n+1) = (t(n), t(n)) through the memo (each level memoised, then popped): a few bytes per level,
+    2**levels values unrolled; the last level is left on the stack."""
     out = pickle.BININT1 + b'\x01' + pickle.TUPLE1 + binput(0) if tuples else \
         pickle.EMPTY_LIST + binput(0) + pickle.BININT1 + b'\x01' + pickle.APPEND
     for n in range(1, levels + 1):
+        out += pickle.POP
         if tuples:
             out += binget(n - 1) + binget(n - 1) + pickle.TUPLE2 + binput(n)
         else:

@@ -702,17 +702,18 @@ def check_archive(f: IO[bytes], size: int) -> None:
     if expanded > MAX_EXPANSION * max(size, 1):
         biggest = max(records, key=lambda r: r.file_size)
         raise Refused(f'its records declare {expanded} bytes ({expanded / 2**30:.1f} GiB) in a file of {size} '
-                      f'bytes (largest: {biggest.filename}, {biggest.file_size} bytes)')
+                      f'bytes (largest: {brief(biggest.filename)}, {biggest.file_size} bytes)')
     odd = [r.filename for r in records if r.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)]
     if odd:
-        raise Refused(f'records compressed in an unsupported way: {odd[:3]}')
+        raise Refused(f'records compressed in an unsupported way: {", ".join(brief(name) for name in odd[:3])}')
     folder = records[0].filename.split('/', 1)[0] if records and '/' in records[0].filename else None
     pickles = [r.filename for r in records if r.filename.rsplit('/', 1)[-1] == 'data.pkl']
     if folder is None or not pickles:
         raise DamagedCheckpoint('the archive has no data.pkl in a folder: not a torch checkpoint')
     if pickles != [f'{folder}/data.pkl']:
-        raise Refused(f'the archive holds {len(pickles)} data.pkl records ({", ".join(pickles[:3])}), '
-                      f'where torch reads exactly one, {folder}/data.pkl')
+        shown = ', '.join(brief(name) for name in pickles[:3])
+        raise Refused(f'the archive holds {len(pickles)} data.pkl records ({shown}), '
+                      f'where torch reads exactly one, {brief(folder)}/data.pkl')
 
 
 def is_tar_header(block: bytes) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import xcit_dense  # noqa: F401  (registers the checkpoint schemes)
+import xcit_dense.checked_loading  # noqa: F401  (routes the checkpoint schemes to the checked reader)
 from capped_load import cap_address_space
 from helpers import PickleExploit
 from mmdet.models.backbones import ResNet

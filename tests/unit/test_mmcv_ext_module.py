@@ -21,6 +21,7 @@ def python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a launched interpreter importing mmdet: pays back the served ops' unit tests in the main stage
 @lite_only
 def test_a_process_without_the_toolkit_imports_every_mmcv_op_and_mmdet():
     """mmdet's and mmseg's own tools import mmcv's ops without xcit_dense. Planted: a .pth line that

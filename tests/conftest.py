@@ -25,6 +25,9 @@ INDUCTOR_CACHE = None if 'TORCHINDUCTOR_CACHE_DIR' in os.environ else tempfile.m
 if INDUCTOR_CACHE:
     os.environ['TORCHINDUCTOR_CACHE_DIR'] = INDUCTOR_CACHE
 
+from xcit_launch.entry_point import prepare_process  # noqa: E402
+
+prepare_process()  # the session is an entry point: OpenCV's pixel limit before cv2 loads, the known filters
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
 from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, run, sgd_config, tiny_seg_config, train_cmd  # noqa: E402
 

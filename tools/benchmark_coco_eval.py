@@ -22,6 +22,11 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
+
 import numpy as np
 from mmdet.evaluation.metrics import CocoMetric
 from mmengine.logging import MMLogger

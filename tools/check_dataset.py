@@ -5,7 +5,10 @@ Exits 1 naming what is wrong."""
 import argparse
 import sys
 
-import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings and sets OpenCV's pixel limit before they load)
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from mmengine.config import Config, DictAction
 
 from xcit_dense.datasets.check import check_dataset

@@ -11,6 +11,11 @@ output is written atomically (a temporary file under a random name, renamed into
 import argparse
 import os
 
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
+
 from xcit_dense.checkpoint import load_weights_only, write_checkpoint
 from xcit_dense.models.weights import (backbone_signature, from_released_layout, is_released_layout,
                                        load_backbone_weights, read_checkpoint, to_backbone_layout)

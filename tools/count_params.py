@@ -8,6 +8,11 @@ With ``--configs``, it counts the whole detectors and segmentors of the given co
 import argparse
 import os
 
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
+
 import timm
 import torch
 

@@ -5,6 +5,11 @@ classifier, counted the same way. See docs/analysis.md for the counting conventi
 """
 import argparse
 
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
+
 from mmengine.config import DictAction
 
 from xcit_dense.analysis.flops import analyse_classifier, analyse_config

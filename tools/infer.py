@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 from typing import Iterator, List
 
-import xcit_dense  # noqa: F401  (first: it sets OpenCV's pixel limit before mmcv loads OpenCV)
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 import mmcv
 import numpy as np
 import torch.nn.functional as F

@@ -11,8 +11,11 @@
 #   XCIT_VENV        the virtual environment to use or create (default: <repo>/.venv)
 #   XCIT_PYTHON      the interpreter that creates it (default: python3.11, else python3)
 #   XCIT_MMCV        lite (default): mmcv-lite and the toolkit's mmcv._ext; compiled: mmcv built with its ops
-#   XCIT_TORCH       torch and torchvision requirements instead of the pins of requirements/runtime.txt,
+#   XCIT_TORCH       torch and torchvision requirements instead of the ranges of requirements/runtime.txt and
+#                    the pins of requirements/constraints.txt,
 #                    e.g. XCIT_TORCH='torch==2.15.0 torchvision==0.29.2' (the newest on PyPI; untested by CI)
+# The stack is installed from requirements/runtime.txt's ranges with requirements/constraints.txt's
+# versions (the set CI tests) as pip constraints.
 # With XCIT_MMCV=compiled only:
 #   XCIT_CACHE       where built mmcv wheels are kept and reused (default: ~/.cache/xcit-dense)
 #   XCIT_MMCV_CUDA   auto (default): build mmcv's CUDA ops when a GPU is visible;
@@ -41,12 +44,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PYTHON="$VENV/bin/python"
-# the runtime requirements, with XCIT_TORCH's torch and torchvision in place of the pinned ones
+# the runtime requirements and the tested versions, with XCIT_TORCH's torch and torchvision in place of theirs
 RUNTIME="$ROOT/requirements/runtime.txt"
+CONSTRAINTS="$ROOT/requirements/constraints.txt"
 if [ -n "${XCIT_TORCH:-}" ]; then
   RUNTIME="$(mktemp)"
-  trap 'rm -f "$RUNTIME"' EXIT
+  CONSTRAINTS="$(mktemp)"
+  trap 'rm -f "$RUNTIME" "$CONSTRAINTS"' EXIT
   grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$ROOT/requirements/runtime.txt" > "$RUNTIME"
+  grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$ROOT/requirements/constraints.txt" > "$CONSTRAINTS"
   for requirement in $XCIT_TORCH; do echo "$requirement" >> "$RUNTIME"; done
 fi
 # pip, minus the warnings of a machine-wide pip config whose local indexes are absent
@@ -88,12 +94,12 @@ if [ "$MMCV" = lite ]; then
   fi
   # one resolution for everything: pip's start and resolve are a large part of an install from wheels
   log "installing the stack (torch, mmengine, mmdet, mmseg, timm, mmcv-lite $MMCV_VERSION) and the test tools"
-  pip_q install -q -r "$ROOT/requirements/build.txt" -r "$RUNTIME" \
+  pip_q install -q -r "$ROOT/requirements/build.txt" -r "$RUNTIME" -c "$CONSTRAINTS" \
     "mmcv-lite==$MMCV_VERSION" -r "$ROOT/requirements/tests.txt"
 else
   log "installing build tools and the runtime stack (torch, mmengine, mmdet, mmseg, timm)"
   pip_q install -q -r "$ROOT/requirements/build.txt"
-  pip_q install -q -r "$RUNTIME"
+  pip_q install -q -r "$RUNTIME" -c "$CONSTRAINTS"
   if installed mmcv-lite; then
     log "removing mmcv-lite"
     pip_q uninstall -q -y mmcv-lite

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's xcit_launch, installed or not
+from xcit_launch.entry_point import prepare_process
+
+prepare_process()  # before mmengine is imported: its import emits one of the known warnings
 from xcit_launch.preflight import main  # noqa: E402
 
 if __name__ == '__main__':

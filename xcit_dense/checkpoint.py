@@ -24,8 +24,19 @@ __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkp
            'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)  # read once: checkpoints get the permissions a plain open() would give
+def _umask() -> int:
+    """The process's umask, read where Linux shows it (``/proc/self/status``) without changing it;
+    elsewhere set and restored, at the write only: importing this module leaves the umask alone."""
+    try:
+        with open('/proc/self/status') as status:
+            for line in status:
+                if line.startswith('Umask:'):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 class CheckpointError(RuntimeError):
@@ -101,7 +112,7 @@ class AtomicLocalBackend(LocalBackend):
             # written through; the rename then replaces the name itself, never a link's target
             fd, tmp = tempfile.mkstemp(dir=folder or '.', prefix=f'{name}.tmp-')
             with os.fdopen(fd, 'wb') as f:
-                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+                os.fchmod(f.fileno(), 0o666 & ~_umask())  # what a plain open() would give
                 f.write(obj)
                 f.flush()
                 os.fsync(f.fileno())

@@ -20,6 +20,7 @@ from torch import nn
 from .checkpoint import CheckpointError
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
+from .models.checkpoint_schemes import install_checked_schemes
 from .models.weights import check_matches_model
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
@@ -64,7 +65,9 @@ def build_inferencer(config: Union[str, Config], weights: str,
                      device: Optional[str] = None) -> BaseInferencer:
     """The stock inferencer of the config's task on ``weights`` (on ``device``, default
     ``default_device()``), refusing a checkpoint of the other task or of another model with
-    ``CheckpointError``, and an mmcv build without ops for a GPU asked for with RuntimeError."""
+    ``CheckpointError``, and an mmcv build without ops for a GPU asked for with RuntimeError.
+    MMEngine's checkpoint schemes read checked from then on (``install_checked_schemes``)."""
+    install_checked_schemes()
     device = device or default_device()
     if device.startswith('cuda'):
         check_cuda_ops()

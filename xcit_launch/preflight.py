@@ -11,11 +11,7 @@ import os
 import sys
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from .known_warnings import silence_known_warnings
-
-silence_known_warnings()  # before mmengine is imported: its import emits one of them
-
-from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.config import Config, DictAction
 
 HINT = 'see README: Datasets (or set data_root with --cfg-options)'
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')

@@ -22,13 +22,9 @@ import torchvision  # noqa: F401  (registers the torch.ops.torchvision kernels c
 from torch import Tensor
 
 from .left_out import not_served
+from .precision import compute_dtype
 
 AVG_POOL = 1  # mmcv's pool_mode code for average pooling (0: max)
-KERNEL_DTYPES = (torch.float32, torch.float64)  # what torchvision's kernels compute in, on CPUs and GPUs
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype in KERNEL_DTYPES else torch.float32
 
 
 def _check_avg(pool_mode: int) -> None:
@@ -54,7 +50,7 @@ def roi_align_forward(input: Tensor, rois: Tensor, output: Tensor, argmax_y: Ten
                       pool_mode: int, aligned: bool) -> None:
     """Average-pool each RoI (batch index, x1, y1, x2, y2) of ``input`` into ``output`` (K, C, h, w)."""
     _check_avg(pool_mode)
-    dtype = _compute_dtype(input.dtype)
+    dtype = compute_dtype(input.dtype)
     with torch.autocast(input.device.type, enabled=False):
         pooled = torch.ops.torchvision.roi_align(input.to(dtype), rois.to(dtype), float(spatial_scale),
                                                  int(aligned_height), int(aligned_width),
@@ -68,7 +64,7 @@ def roi_align_backward(grad_output: Tensor, rois: Tensor, argmax_y: Tensor, argm
     """Write the gradient of ``roi_align_forward`` with respect to its input into ``grad_input``."""
     _check_avg(pool_mode)
     alert_nondeterministic(grad_output.device)
-    dtype = _compute_dtype(grad_output.dtype)
+    dtype = compute_dtype(grad_output.dtype)
     batch, channels, height, width = grad_input.shape
     with torch.autocast(grad_output.device.type, enabled=False):
         grad = torch.ops.torchvision._roi_align_backward(

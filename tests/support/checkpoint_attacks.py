@@ -26,7 +26,7 @@ import torch._dynamo  # noqa: F401  (adds its own entries to torch's allow-list 
 
 SAFE_GLOBALS = [sorted(map(str, torch.serialization.get_safe_globals()))]  # before the toolkit's import
 
-import xcit_dense  # noqa: E402,F401  (registers the checkpoint schemes)
+import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
 from capped_load import cap_address_space  # noqa: E402
 from helpers import PickleExploit  # noqa: E402
 from mmdet.models.backbones import ResNet  # noqa: E402

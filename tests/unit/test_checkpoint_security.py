@@ -23,12 +23,21 @@ from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_
 from checkpoint_attacks import key_of, zip_of
 from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
 from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
+from xcit_dense.models.checkpoint_schemes import install_checked_schemes
 from xcit_dense.models.weights import read_checkpoint
 from xcit_dense import download
 from xcit_dense.download import ALLOW_HTTP, cache_path
 from xcit_dense.engine import resume
 from xcit_dense.engine.hooks.rng_state import get_rng_state
 from xcit_dense.checked_unpickler import history_buffer_method
+
+
+@pytest.fixture(autouse=True)
+def checked_schemes(monkeypatch) -> None:
+    """MMEngine's schemes routed to the checked reader, as the toolkit's tools and configs install
+    them (importing xcit_dense does not); restored after each test."""
+    monkeypatch.setattr(CheckpointLoader, '_schemes', dict(CheckpointLoader._schemes))
+    install_checked_schemes()
 
 
 @pytest.fixture
@@ -137,11 +146,15 @@ def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
 
 
 def test_every_mmengine_scheme_goes_to_the_checked_reader_or_is_refused():
-    """No prefix is left to one of MMEngine's own readers (which unpickle with weights_only=False)."""
+    """No prefix is left to one of MMEngine's own readers (which unpickle with weights_only=False):
+    object stores go through their file backend to the checked reader, pavi:// is refused."""
+    from xcit_dense.models import checkpoint_schemes
     loaders = {prefix: loader.__module__ for prefix, loader in CheckpointLoader._schemes.items()}
     assert {'', 'https://', 'torchvision://', 'open-mmlab://', 'openmmlab://', 'modelzoo://', 'mmcls://',
-            'pavi://', r'(\S+\:)?s3://'} <= set(loaders)
+            'pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://'} <= set(loaders)
     assert set(loaders.values()) == {'xcit_dense.models.checkpoint_schemes'}, loaders
+    assert CheckpointLoader._schemes['pavi://'] is checkpoint_schemes.refuse
+    assert CheckpointLoader._schemes[r'(\S+\:)?s3://'] is checkpoint_schemes.load_from_remote_store
 
 
 def test_checkpoint_attacks_in_one_capped_process(tmp_path):
@@ -158,8 +171,11 @@ def test_checkpoint_attacks_in_one_capped_process(tmp_path):
                  'openmmlab://resnet50_v1c', 'mmcls://resnet50', 'ResNet init_cfg torchvision://resnet50'):
         assert outcomes[name].startswith('refused') and 'could run code' in outcomes[name], (name, outcomes[name])
     assert outcomes['ResNet init_cfg torchvision://resnet18 (placed by hand)'] == 'loaded True', outcomes
-    for name in ('s3://bucket/model.pth', 'pavi://model', 'petrel://bucket/model.pth'):  # MMEngine: bare torch.load
-        assert outcomes[name].startswith('refused') and 'not read from this scheme' in outcomes[name], outcomes[name]
+    # MMEngine: bare torch.load; here pavi:// is refused, object stores go through their file backend (petrel_client,
+    # absent here) to the checked reader (tests/unit/test_checked_loading.py reads one through a stand-in)
+    assert outcomes['pavi://model'].startswith('refused') and 'not read from this scheme' in outcomes['pavi://model']
+    for name in ('s3://bucket/model.pth', 'petrel://bucket/model.pth'):
+        assert 'petrel_client' in outcomes[name], outcomes[name]
     # numpy.ndarray callable directly, in the reader's list and in torch's process-wide one: exit 139 on use
     assert outcomes['object array'].startswith('refused') and 'a call of type' in outcomes['object array'], outcomes
     assert outcomes['object array, torch weights_only'].startswith('UnpicklingError'), outcomes

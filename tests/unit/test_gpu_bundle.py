@@ -48,7 +48,7 @@ def _pins(path: Path) -> dict:
 
 
 def test_the_bundle_pins_the_stacks_versions_and_mmcv_lite():
-    bundle, runtime = _pins(gpu_bundle.REQUIREMENTS), _pins(ROOT / 'requirements' / 'runtime.txt')
+    bundle, runtime = _pins(gpu_bundle.REQUIREMENTS), _pins(ROOT / 'requirements' / 'constraints.txt')
     shared = set(bundle) & set(runtime)
     assert {'mmengine', 'mmdet', 'mmsegmentation', 'pycocotools'} <= shared
     assert {name: bundle[name] for name in shared} == {name: runtime[name] for name in shared}

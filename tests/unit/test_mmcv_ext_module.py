@@ -21,6 +21,7 @@ def python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a launched interpreter importing mmdet: pays back the served ops' unit tests in the main stage
 @lite_only
 def test_a_process_without_the_toolkit_imports_every_mmcv_op_and_mmdet():
     """mmdet's and mmseg's own tools import mmcv's ops without xcit_dense. Planted: a .pth line that
@@ -76,13 +77,15 @@ def test_the_finder_comes_after_pythons_path_finder_and_serves_mmcv_2_1_only(mon
         finder.MmcvExtFinder().find_spec('mmcv._ext', None)
 
 
-def test_a_left_out_op_raises_naming_itself_and_the_compiled_install():
-    """RoIPool is left out (torchvision's rounds the RoI, mmcv's does not). Planted: a stub that
-    returns None, or one that does not name its op."""
-    assert len(set(LEFT_OUT)) == len(LEFT_OUT) and 'roi_pool_forward' in LEFT_OUT
-    with pytest.raises(NotImplementedError, match=r"'upfirdn2d' needs compiled mmcv.*XCIT_MMCV=compiled bash tools/install.sh"):
+def test_a_left_out_op_raises_naming_itself_its_stock_configs_and_the_compiled_install():
+    """Planted: a stub that returns None, one that does not name its op or the configs that need it,
+    or a served op still listed as left out."""
+    from xcit_mmcv_ext.ext_module import SERVED
+    assert len(set(LEFT_OUT)) == len(LEFT_OUT) and not set(SERVED) & set(LEFT_OUT)
+    with pytest.raises(NotImplementedError, match=r"'upfirdn2d' needs compiled mmcv.*no mmdet 3.3.0 or mmseg "
+                                                  r"1.2.2 config.*XCIT_MMCV=compiled bash tools/install.sh"):
         left_out_op('upfirdn2d')(torch.zeros(1))
     if LITE:
-        from mmcv.ops import RoIPool
-        with pytest.raises(NotImplementedError, match="'roi_pool_forward' needs compiled mmcv"):
-            RoIPool(2, 1.0)(torch.zeros(1, 1, 4, 4), torch.tensor([[0, 0, 0, 2, 2.0]]))
+        from mmcv.ops import CARAFEPack
+        with pytest.raises(NotImplementedError, match="'carafe_forward' needs compiled mmcv.*mmdet configs/carafe"):
+            CARAFEPack(4, 2)(torch.zeros(1, 4, 4, 4))

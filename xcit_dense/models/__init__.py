@@ -1,6 +1,5 @@
 """XCiT layers and backbone, registered in MMEngine's model registry."""
 from .weights import CheckpointError, load_backbone_weights, read_checkpoint, to_backbone_layout
-from . import checkpoint_schemes  # noqa: F401  (every MMEngine checkpoint scheme goes to the checked reader)
 from .layers import LPI, XCA, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
 from .presets import PRESETS, XCiTPreset
 from .xcit import ARCH_SETTINGS, XCiT

@@ -5,8 +5,11 @@ MMEngine reads a checkpoint path through the reader registered for its prefix (`
 mmdet ResNet's ``torchvision://resnet50`` too), mmdet's and mmseg's tools and inferencers. MMEngine's
 own readers unpickle with ``torch.load``'s ``weights_only=False`` (the model-zoo names through
 ``torch.hub.load_state_dict_from_url``, bound at import, which takes any file in
-``$TORCH_HOME/hub/checkpoints`` by its name alone): a planted file would run code. Every scheme is
-replaced here:
+``$TORCH_HOME/hub/checkpoints`` by its name alone): a planted file would run code.
+:func:`install_checked_schemes` replaces every scheme; importing this module changes nothing. The
+toolkit's entry points install them (tools/, the inferencers it builds), and so does the opt-in
+module ``xcit_dense.checked_loading`` that the toolkit's configs name in ``custom_imports`` (mmdet's
+and mmseg's own tools on those configs then read checked too):
 
 - local paths and http(s) URLs: read weights only (``checkpoint.py``), URLs downloaded by
   ``download.py`` (https, digests, a cache keyed by the whole URL);
@@ -14,8 +17,10 @@ replaced here:
   looked up in MMEngine's own tables; a file the user placed in ``$TORCH_HOME/hub/checkpoints`` under
   the URL's base name (the offline workflow) is read through the same checks, else the URL is
   downloaded by ``download.py``;
-- ``pavi://``, ``s3://``, ``petrel://`` and any scheme another package registered before this module:
-  refused, naming the scheme.
+- ``s3://``, ``petrel://`` and any scheme another package registered before the install: the bytes
+  fetched by the MMEngine file backend registered for the prefix (``mmengine.fileio.get_local_path``),
+  then read by the checked reader; a prefix no file backend serves is refused, naming it;
+- ``pavi://``: refused (MMEngine's reader for it unpickles a model object, not a file).
 
 Checkpoints come back in this toolkit's layout (``weights.py``).
 """
@@ -24,6 +29,7 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 
 import torch
+from mmengine.fileio import get_file_backend, get_local_path
 from mmengine.runner import checkpoint as mmengine_checkpoint
 from mmengine.runner.checkpoint import CheckpointLoader
 
@@ -32,7 +38,8 @@ from .weights import to_toolkit_layout
 
 MODEL_ZOO_SCHEMES = ('torchvision://', 'modelzoo://', 'open-mmlab://', 'openmmlab://', 'mmcls://')
 # MMEngine's remote stores, under the patterns it registers them with
-REMOTE_STORES = ('pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://')
+REMOTE_STORES = (r'(\S+\:)?s3://', r'(\S+\:)?petrel://')
+REFUSED = ('pavi://',)
 
 
 def hub_cache_file(url: str) -> str:
@@ -60,7 +67,6 @@ def model_zoo_location(filename: str) -> str:
     return os.path.join(mmengine_checkpoint._get_mmengine_home(), location)
 
 
-@CheckpointLoader.register_scheme(prefixes='', force=True)
 def load_from_local(filename: str, map_location: Any = None) -> Any:
     """Local files (``load_from``, ``resume``, the stock inferencers): inspected, read weights only."""
     filename = os.path.expanduser(filename)
@@ -69,13 +75,11 @@ def load_from_local(filename: str, map_location: Any = None) -> Any:
     return to_toolkit_layout(load_weights_only(filename, map_location))
 
 
-@CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), force=True)
 def load_from_url(filename: str, map_location: Any = None, model_dir: Optional[str] = None) -> Any:
     """URLs: the checked download (download.py), then the weights-only read."""
     return to_toolkit_layout(load_weights_only(local_checkpoint(filename), map_location))
 
 
-@CheckpointLoader.register_scheme(prefixes=MODEL_ZOO_SCHEMES, force=True)
 def load_from_model_zoo(filename: str, map_location: Any = None) -> Any:
     """Model-zoo names: looked up as MMEngine does; a file placed in the hub cache under the URL's
     name, else the checked download; read weights only. ``mmcls://`` keeps the backbone's weights,
@@ -96,20 +100,33 @@ def load_from_model_zoo(filename: str, map_location: Any = None) -> Any:
 
 
 def load_from_remote_store(filename: str, map_location: Any = None) -> Any:
-    """Remote stores and unknown schemes: refused, since their readers unpickle with a bare
-    ``torch.load`` this toolkit cannot check."""
+    """Object stores (``s3://``, ``petrel://``) and schemes other packages registered: the file
+    fetched by the MMEngine file backend of its prefix, then read weights only."""
+    try:
+        get_file_backend(filename, enable_singleton=True)
+    except KeyError as exc:  # mmengine.fileio has no backend for the prefix
+        raise CheckpointError(f'{filename}: no MMEngine file backend serves this scheme; copy the file to a '
+                              f'local path and pass that path') from exc
+    with get_local_path(filename) as path:
+        return to_toolkit_layout(load_weights_only(str(path), map_location))
+
+
+def refuse(filename: str, map_location: Any = None) -> Any:
+    """``pavi://``: refused, since MMEngine's reader for it unpickles whatever the service returns."""
     raise CheckpointError(f'{filename}: checkpoints are not read from this scheme (its reader is not '
                           f'checked); copy the file to a local path and pass that path')
 
 
-def _refuse_the_rest() -> None:
-    """Register the refusal for the remote stores and for any scheme registered by another package:
-    after this, no path reaches a reader outside this module."""
-    ours = (load_from_local, load_from_url, load_from_model_zoo)
-    others = [prefix for prefix, loader in CheckpointLoader._schemes.items() if loader not in ours]
-    CheckpointLoader.register_scheme(prefixes=list(REMOTE_STORES) + others, loader=load_from_remote_store,
-                                     force=True)
+CHECKED = {'': load_from_local, ('http://', 'https://'): load_from_url, MODEL_ZOO_SCHEMES: load_from_model_zoo,
+           REMOTE_STORES: load_from_remote_store, REFUSED: refuse}
 
 
-_refuse_the_rest()
-
+def install_checked_schemes() -> None:
+    """Route every MMEngine checkpoint scheme to this module's readers (idempotent): the toolkit's
+    own, then any other package's registered so far through its file backend."""
+    named = {prefix for prefixes in CHECKED for prefix in ((prefixes,) if isinstance(prefixes, str) else prefixes)}
+    others = [prefix for prefix in CheckpointLoader._schemes if prefix not in named]
+    for prefixes, loader in CHECKED.items():
+        CheckpointLoader.register_scheme(prefixes=prefixes, loader=loader, force=True)
+    if others:
+        CheckpointLoader.register_scheme(prefixes=others, loader=load_from_remote_store, force=True)

@@ -2,7 +2,8 @@
 # Sizes other than small_12 override backbone arch/drop_path_rate and neck in_channels.
 _base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'
 # xcit_dense.models.kernel_dtypes: the RPN head and RoI extractor that bf16 training needs (see there)
-custom_imports = dict(imports=['xcit_dense', 'xcit_dense.models.kernel_dtypes'], allow_failed_imports=False)
+custom_imports = dict(imports=['xcit_dense.checked_loading', 'xcit_dense.models.kernel_dtypes'],
+                      allow_failed_imports=False)
 default_scope = 'mmdet'
 
 model = dict(

@@ -2,7 +2,7 @@
 # model, the FPN keeps the backbone width (out_channels = D, not 256). Sizes other than
 # small_12 (D = 384) override the backbone and the neck/head in_channels.
 _base_ = 'mmseg::_base_/models/fpn_r50.py'
-custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
+custom_imports = dict(imports=['xcit_dense.checked_loading'], allow_failed_imports=False)
 default_scope = 'mmseg'
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 

@@ -1,7 +1,7 @@
 # UperNet (plus an auxiliary FCN head on pyramid level 3) on an XCiT patch-16 backbone,
 # for ADE20K's 150 classes. Sizes other than small_12 override the backbone and in_channels.
 _base_ = 'mmseg::_base_/models/upernet_r50.py'
-custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
+custom_imports = dict(imports=['xcit_dense.checked_loading'], allow_failed_imports=False)
 default_scope = 'mmseg'
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 

@@ -140,5 +140,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         cmd += ['--steps', *args.steps]
     check = run(cmd, left(), env, log=args.out / 'check.log')
     summary.add('check', seconds=round(time.monotonic() - t, 1), exit_status=check.returncode,
-                total_seconds=round(time.monotonic() - start, 1))
+                killed_after_s=check.killed_after_s, total_seconds=round(time.monotonic() - start, 1))
     return 0 if check.returncode == 0 else 1

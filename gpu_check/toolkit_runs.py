@@ -144,14 +144,15 @@ class Run:
     output: str
     work_dir: Path
     seconds: float = 0.0
+    killed_after_s: Optional[float] = None  # killed past its time limit, with every process it started
 
 
 def run_command(cmd: List[str], work_dir: Path, timeout: float, cwd: Path) -> Run:
-    """A run under ``timeout`` seconds (its process group killed past it), output captured."""
+    """A run under ``timeout`` seconds (it and every process it started killed past it), output captured."""
     env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable, PYTHONUNBUFFERED='1')
     start = time.monotonic()
     proc = run_bounded(cmd, timeout=max(1.0, min(timeout, RUN_TIMEOUT_S)), env=env, cwd=cwd)
-    return Run(proc.returncode, proc.stdout + proc.stderr, work_dir, time.monotonic() - start)
+    return Run(proc.returncode, proc.stdout + proc.stderr, work_dir, time.monotonic() - start, proc.killed_after_s)
 
 
 def dist_train(config: Path, work_dir: Path, args: Sequence[str], timeout: float) -> Run:
@@ -186,7 +187,10 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
     """What the run's output shows, and ``failed``: each thing it had to show and did not."""
     out, failed = run.output, []
     result = dict(exit_status=run.exit_status, seconds=round(run.seconds, 1))
-    if run.exit_status != 0:
+    if run.killed_after_s is not None:
+        result['killed_after_s'] = round(run.killed_after_s, 1)
+        failed.append(f'killed after {run.killed_after_s:.0f} s (its time limit), every process it started with it')
+    elif run.exit_status != 0:
         failed.append(f'exited {run.exit_status}')
         if not TRAIN_LINE.search(out):  # it never trained: the rest would only repeat that
             return dict(result, failed_checks=failed, output_tail=out[-2500:])

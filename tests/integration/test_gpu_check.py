@@ -2,17 +2,23 @@
 step failing on what its log lacks (planted faults in real runs), budgets that cut a step, and
 subprocesses that never outlive it."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
 
 from gpu_check import machine_check as check, toolkit_runs
+from gpu_check import bounded
 from gpu_check.bounded import run_bounded
-from helpers import ROOT, launch_env, spawned
+from helpers import ROOT, free_port, launch_env, spawned
 
 
 @pytest.mark.slow
@@ -169,8 +175,9 @@ def test_a_budget_cut_during_an_import_waits_for_the_import_to_end(tmp_path, mon
 
 
 def _grandchild_command(pid_file: Path) -> list:
-    """bash starting a long child of its own, as torchrun starts workers; its pid goes to pid_file."""
-    return ['bash', '-c', f'sleep 300 & echo $! > {pid_file}; wait']
+    """bash starting a long child in a session of its own, as torchrun starts its workers; its pid
+    goes to pid_file."""
+    return ['bash', '-c', f'setsid sleep 300 & echo $! > {pid_file}; wait']
 
 
 def _gone(pid: int) -> bool:
@@ -181,14 +188,74 @@ def _gone(pid: int) -> bool:
     return '\nState:\tZ' in state  # reaped by nobody yet, but ended
 
 
-def test_a_subprocess_past_its_timeout_is_killed_with_its_children(tmp_path):
-    proc = run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=1)
-    assert proc.returncode == 'timeout' and 'killed after 1 s' in proc.stderr
-    assert _gone(int((tmp_path / 'pid').read_text()))
+@contextmanager
+def _ended_afterwards(where: Path) -> Iterator[None]:
+    """Kill the processes ``where`` names once the block ends (a pid file, or a folder of files named
+    by pids), so that a failing test leaves nothing running."""
+    try:
+        yield
+    finally:
+        pids = [int(p.name) for p in where.iterdir()] if where.is_dir() else [int(where.read_text())] \
+            if where.is_file() else []
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_subprocess_past_its_timeout_is_killed_with_its_children_in_other_sessions(tmp_path):
+    with _ended_afterwards(tmp_path / 'pid'):
+        proc = run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=1)
+        assert proc.returncode == 'timeout' and 'killed after 1.' in proc.stderr and 1 <= proc.killed_after_s < 5
+        assert _gone(int((tmp_path / 'pid').read_text()))
 
 
 def test_a_budget_cut_kills_the_running_subprocess_and_its_children(tmp_path):
-    with pytest.raises(check.StepBudgetExceeded):
-        with check._budget(1):
-            run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
-    assert _gone(int((tmp_path / 'pid').read_text()))
+    with _ended_afterwards(tmp_path / 'pid'):
+        with pytest.raises(check.StepBudgetExceeded):
+            with check._budget(1):
+                run_bounded(_grandchild_command(tmp_path / 'pid'), timeout=120)
+        assert _gone(int((tmp_path / 'pid').read_text()))
+
+
+def test_the_output_of_a_killed_command_is_read_with_a_timeout(tmp_path, monkeypatch):
+    """A process out of the walk's reach (orphaned before it: init adopted it) holds the output
+    pipe: run_bounded still returns, with what was written, soon after the kill."""
+    monkeypatch.setattr(bounded, 'READ_S', 0.5)
+    pid_file = tmp_path / 'pid'
+    with _ended_afterwards(pid_file):
+        proc = run_bounded(['bash', '-c', f'(setsid sleep 60 & echo $! > {pid_file}); echo started; sleep 60'],
+                           timeout=1)
+        assert proc.returncode == 'timeout' and proc.stdout == 'started\n' and proc.killed_after_s >= 1
+
+
+@pytest.mark.slow  # torchrun imports torch (about 10 s on 2 loaded cores)
+def test_torchruns_workers_end_with_their_step(tmp_path):
+    """torchrun of 2 workers (a script without torch that writes its pid and sleeps), cut 5 s after
+    both started: every worker is gone when run_bounded has returned, within 15 s of the cut. The
+    cut is the step budget's (the alarm) since torchrun's own start takes longer than 5 s on a
+    loaded CPU; the timeout ends the tree through the same end_tree (tested above)."""
+    worker = tmp_path / 'worker.py'
+    worker.write_text('import os, sys, time\n'
+                      'open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()\n'
+                      'time.sleep(300)\n')
+    pids = tmp_path / 'pids'
+    pids.mkdir()
+    cut_at = []
+
+    def arm_when_started() -> None:
+        while len(list(pids.iterdir())) < 2:
+            time.sleep(0.05)
+        cut_at.append(time.monotonic())
+        signal.setitimer(signal.ITIMER_REAL, 5)
+
+    threading.Thread(target=arm_when_started, daemon=True).start()
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc-per-node', '2', '--master-port', str(free_port()),
+           str(worker), str(pids)]
+    with _ended_afterwards(pids):
+        with pytest.raises(check.StepBudgetExceeded):
+            with check._budget(120):  # the test's own bound; the 5 s cut comes from the thread
+                run_bounded(cmd, timeout=120)
+        returned = time.monotonic()
+        workers = [int(p.name) for p in pids.iterdir()]
+        assert len(workers) == 2 and all(_gone(pid) for pid in workers)
+        assert returned - cut_at[0] < 15

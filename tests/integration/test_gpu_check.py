@@ -41,7 +41,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert list(results) == steps, (tmp_path / 'stderr').read_text()[-3000:]
     assert returncode == 0, {k: v['failed'] for k, v in results.items()}
     assert on_disk['det_fp16'] == ['ops', 'det_fp16']  # written before the next step ran
-    assert results['ops']['all_ok'] and len(results['ops']['rows']) == 19
+    assert results['ops']['all_ok'] and len(results['ops']['rows']) == 18
     fp16, resumed, stock = results['det_fp16'], results['det_resume'], results['stock_resume']
     assert fp16['backend'] == 'gloo' and fp16['optim_wrapper'] == 'GuardedOptimWrapper'  # fp32 on a CPU
     assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
@@ -49,7 +49,9 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert stock['backend'] == 'none' and stock['resumed'] == [2, 4] and stock['epochs_trained'] == [3]
     assert stock['optim_wrapper'] == 'OptimWrapper'  # mmdet's tool: no loss guard, no --amp on a CPU
     assert results['det_bf16']['optim_wrapper'] == 'GuardedOptimWrapper'
-    assert max(results['channels_last']['relative'].values()) < toolkit_runs.CHANNELS_LAST_TOLERANCE
+    recipe = dict(bbox_roi_extractor='mmcv._ext', mask_roi_extractor='mmcv._ext')
+    assert fp16['roi_layers'] == results['det_bf16']['roi_layers'] == recipe  # read from the dumped configs
+    assert max(results['channels_last']['relative'].values()) < toolkit_runs.RPN_TOLERANCE
     markdown = (tmp_path / 'out' / 'gpu_check.md').read_text()
     assert '## det_resume' in markdown and '| mask targets (crop_and_resize) |' in markdown
 
@@ -259,3 +261,43 @@ def test_torchruns_workers_end_with_their_step(tmp_path):
         workers = [int(p.name) for p in pids.iterdir()]
         assert len(workers) == 2 and all(_gone(pid) for pid in workers)
         assert returned - cut_at[0] < 15
+
+
+def test_the_detector_steps_build_the_recipes_roi_align_served_by_mmcv_ext(tmp_path):
+    """The demo's RoI extractors call torchvision's op (use_torchvision); the check's detector config
+    puts the recipe's back, and judge reads the built layers from the dumped config."""
+    from mmengine import Config
+    steps = toolkit_runs.TrainingSteps('cpu', True, tmp_path)
+    steps.prepare()
+    cfg = Config.fromfile(str(steps.det))
+    assert toolkit_runs.roi_layers(cfg) == dict(bbox_roi_extractor='mmcv._ext', mask_roi_extractor='mmcv._ext')
+    demo = Config.fromfile(str(toolkit_runs.DET_DEMO))
+    assert set(toolkit_runs.roi_layers(demo).values()) == {"torchvision's roi_align"}
+    (tmp_path / 'work').mkdir()
+    demo.dump(str(tmp_path / 'work' / steps.det.name))
+    result = toolkit_runs.judge(toolkit_runs.Run(0, 'Epoch(train) [1][1/2]  loss: 2.5\n', tmp_path / 'work'),
+                                toolkit_runs.Expect(backend=None, recipe_roi_align=True), steps.det)
+    assert result['failed_checks'] == ["RoI layers {'bbox_roi_extractor': \"torchvision's roi_align\", "
+                                       "'mask_roi_extractor': \"torchvision's roi_align\"}, mmcv._ext's RoIAlign "
+                                       "expected (the recipe's)"]
+
+
+@pytest.mark.parametrize('line, failure', [
+    ('RNG states restored from the checkpoint, except the CUDA states of 2 GPU(s), but this process sees 1: '
+     'those random numbers continue from the seed', 'not restored'),
+    ('RNG state not restored: the checkpoint holds 2 rank(s), this run has 1', 'not restored'),
+    ('', 'no "RNG states restored from the checkpoint" line'),
+])
+def test_a_resume_passes_on_the_complete_restore_line_only(tmp_path, line, failure):
+    log = '2026/12/03 12:00:00 - mmengine - {} - {}\n'
+    complete = log.format('INFO', 'RNG states restored from the checkpoint')
+    output = ('process group: gloo\nresumed epoch: 1, iter: 2\nEpoch(train) [2][1/2]  loss: 2.5\n')
+    expect = toolkit_runs.Expect(backend='gloo', resumed=(1, 2))
+    passed = toolkit_runs.judge(toolkit_runs.Run(0, complete + output, tmp_path), expect)
+    assert passed['failed_checks'] == [] and passed['rng_restored']
+    partial = log.format('WARNING', line) if line else ''
+    result = toolkit_runs.judge(toolkit_runs.Run(0, partial + output, tmp_path), expect)
+    assert not result['rng_restored'] and result['failed_checks'][0].startswith(failure)
+    if line:  # the complete line beside a partial one (another rank, another hook) does not save it
+        both = toolkit_runs.judge(toolkit_runs.Run(0, complete + partial + output, tmp_path), expect)
+        assert not both['rng_restored'] and both['failed_checks'][0].startswith('not restored')

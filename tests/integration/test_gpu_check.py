@@ -3,6 +3,7 @@ step failing on what its log lacks (planted faults in real runs), budgets that c
 subprocesses that never outlive it."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     """The whole check as users run it, each step's result on disk when its log line comes; the
     compiled UperNet is left out here (inductor's C++ build of its kernels takes minutes on 2
     cores): its judging is tested below, its run in the rehearsal (docs/dev/gpu-check-rehearsal.md)."""
-    steps = [step for step in check.STEPS if step != 'compile']
+    steps = [step for step in check.STEP_NAMES if step != 'compile']
     on_disk = {}
     with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,
                   '--out-dir', str(tmp_path / 'out')], env=launch_env(), stdout=subprocess.PIPE,
@@ -301,3 +302,25 @@ def test_a_resume_passes_on_the_complete_restore_line_only(tmp_path, line, failu
     if line:  # the complete line beside a partial one (another rank, another hook) does not save it
         both = toolkit_runs.judge(toolkit_runs.Run(0, complete + partial + output, tmp_path), expect)
         assert not both['rng_restored'] and both['failed_checks'][0].startswith('not restored')
+
+
+def test_the_last_step_gets_what_the_deadline_leaves_and_the_report_says_what_one_gpu_cannot_show(
+        tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(check, 'STEPS', (
+        check.Step('first', lambda context, seconds: seen.setdefault('first', seconds) and dict(failed_checks=[]), 5),
+        check.Step('last', lambda context, seconds: seen.setdefault('last', seconds) and dict(failed_checks=[]), None)))
+    monkeypatch.setattr(check, 'STEP_NAMES', ('first', 'last'))
+    data = check.run_check(torch.device('cpu'), True, tmp_path, log=lambda line: None, budgets={'first': 5},
+                           deadline_s=60)
+    assert seen['first'] == 5 and 40 < seen['last'] <= 60 - check.DEADLINE_MARGIN_S
+    assert check.failed_steps(data) == []
+    data = check.run_check(torch.device('cpu'), True, tmp_path, log=lambda line: None, deadline_s=5)
+    assert data['steps']['last']['failed'] == ['not run: no time left before the deadline']
+    markdown = (tmp_path / 'gpu_check.md').read_text()
+    assert '## What one GPU cannot show' in markdown
+    assert '- more than one node (rendezvous, the network interface chosen): tests/integration/' in markdown
+    for tests in check.NOT_SHOWN.values():  # each named test exists
+        for name in re.findall(r'tests/[\w/]+\.py(?:::\w+)?', tests):
+            path, _, function = name.partition('::')
+            assert (ROOT / path).is_file() and (not function or f'def {function}(' in (ROOT / path).read_text()), name

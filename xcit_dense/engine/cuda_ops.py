@@ -74,7 +74,8 @@ def check_torchvision_cuda_ops(index: int) -> None:
         raise RuntimeError(f'GPU {index} ({torch.cuda.get_device_name(index)}) cannot run torchvision '
                            f"{torchvision.__version__}'s CUDA ops, which serve mmcv._ext's nms and roi_align "
                            f'({_first_line(error)}): torchvision must be the CUDA build for torch '
-                           f'{torch.__version__} (CUDA {torch.version.cuda}); repair with: bash tools/install.sh') from error
+                           f'{torch.__version__} (CUDA {torch.version.cuda}); repair with: '
+                           'bash tools/install.sh') from error
 
 
 def check_cuda_ops(index: Optional[int] = None) -> None:

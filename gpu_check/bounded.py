@@ -1,51 +1,126 @@
-"""Subprocesses under a time limit: each in a session of its own, the whole group killed past the
-limit or when the caller is interrupted (a step's budget), so nothing it started outlives it.
-Standard library only: the GPU machine's device check runs it before the stack is installed."""
+"""Subprocesses under a time limit, nothing they started outliving them. Standard library only:
+the GPU machine's device check runs it before the stack is installed.
+
+When ``run_bounded`` returns, every process its command started has ended, those in sessions of
+their own included (torchrun starts each worker with ``start_new_session``, so killing the
+command's process group misses them): ``end_tree`` walks /proc for the descendants by parent pid
+before the first signal, stops each one it finds (SIGSTOP: a stopped process neither forks nor
+exits, so a second walk finds the complete tree), walks again until nothing new appears, then kills
+them all and the command's group. A process orphaned before the walk (its parent ended first and
+init adopted it) is out of the walk's reach; torchrun ends its workers before it exits, so that
+takes a crash of the launcher itself. (``PR_SET_CHILD_SUBREAPER`` would bring such orphans back,
+but it changes the whole calling process, a test runner too, which must then reap every orphan of
+every later subprocess.)
+"""
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, Set
 
-SETTLE_S = 5.0  # how long a killed group may take to end (SIGKILL acts when each process next runs)
+SETTLE_S = 5.0  # how long killed processes may take to end (SIGKILL acts when each process next runs)
+READ_S = 5.0  # how long the output of a killed command is read (a process out of reach may hold the pipe)
 
 
-def group_runs(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (per /proc; an ended, unreaped one does not)."""
+class BoundedProcess(subprocess.CompletedProcess):
+    """A command's outcome; ``killed_after_s``: when it was killed past its limit (None: it ended)."""
+
+    def __init__(self, args, returncode, stdout, stderr, killed_after_s: Optional[float] = None):
+        super().__init__(args, returncode, stdout, stderr)
+        self.killed_after_s = killed_after_s
+
+
+def _parents() -> Dict[int, int]:
+    """Each running process's parent, per /proc (an ended, unreaped one is left out)."""
+    parents = {}
     for stat in Path('/proc').glob('[0-9]*/stat'):
         try:
-            state, _, group = stat.read_text().rsplit(')', 1)[1].split()[:3]
+            state, ppid = stat.read_text().rsplit(')', 1)[1].split()[:2]
         except (OSError, ValueError):
             continue  # ended meanwhile
-        if state != 'Z' and int(group) == pgid:
-            return True
-    return False
+        if state != 'Z':
+            parents[int(stat.parent.name)] = int(ppid)
+    return parents
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill proc's process group (what is left of it), reap proc, and wait until none of the group runs."""
+def descendants(pid: int) -> List[int]:
+    """The running processes below ``pid`` (children, their children, ...), whatever their session."""
+    children: Dict[int, List[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def running(pids: Set[int]) -> List[int]:
+    """Those of ``pids`` still running (an ended, unreaped one is not)."""
+    alive = _parents()
+    return [pid for pid in pids if pid in alive]
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """Stop proc and every descendant (walking again until no new one appears), kill them all and
+    proc's process group, reap proc, and wait until none of them runs (at most ``SETTLE_S``). Of a
+    proc already reaped, only the group is left to kill (its children were orphaned when it ended)."""
+    frozen: Set[int] = set()
+    while proc.returncode is None:  # not reaped yet: its pid is still its own (an ended, reaped one's is not)
+        new = [pid for pid in [proc.pid, *descendants(proc.pid)] if pid not in frozen]
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        frozen.update(new)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + SETTLE_S
-    while group_runs(proc.pid) and time.monotonic() < deadline:
+    while running(frozen - {proc.pid}) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
-def run_bounded(cmd: List[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
-    """Run cmd, its output captured unless ``stdout``/``stderr`` say otherwise; past ``timeout``
-    seconds the group is killed and returncode is 'timeout'."""
+def _read_rest(proc: subprocess.Popen) -> tuple:
+    """What a killed command wrote, read for at most ``READ_S``; the pipes are then closed."""
+    try:
+        return proc.communicate(timeout=READ_S)
+    except subprocess.TimeoutExpired as exc:  # a process out of reach holds the pipe: keep what came
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return tuple(b.decode(errors='replace') if isinstance(b, bytes) else b for b in (exc.output, exc.stderr))
+
+
+def run_bounded(cmd: List[str], timeout: float, **popen_kwargs) -> BoundedProcess:
+    """Run cmd in a session of its own, its output captured unless ``stdout``/``stderr`` say
+    otherwise; past ``timeout`` seconds, or when the caller is interrupted (a step's budget), the
+    whole tree is ended. Killed past its limit: returncode 'timeout', ``killed_after_s`` set, and
+    stderr ending with a line saying so."""
     popen_kwargs = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE), **popen_kwargs)
+    start = time.monotonic()
     proc = subprocess.Popen(cmd, text=True, start_new_session=True, **popen_kwargs)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, err = proc.communicate()
-        return subprocess.CompletedProcess(cmd, 'timeout', out or '', (err or '') + f'\n[killed after {timeout:.0f} s]')
+        killed_after = time.monotonic() - start
+        end_tree(proc)
+        out, err = _read_rest(proc)
+        note = f'\n[killed after {killed_after:.1f} s: over its limit of {timeout:g} s; every process it started ended]'
+        return BoundedProcess(cmd, 'timeout', out or '', (err or '') + note, killed_after)
     finally:
-        kill_group(proc)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out or '', err or '')
+        end_tree(proc)
+    return BoundedProcess(cmd, proc.returncode, out or '', err or '')

@@ -1,16 +1,17 @@
 """The GPU check as one call on a lent machine without network (run by its own python3, which holds torch).
 
   python3 tools/gpu_device_check.py --bundle .gpu_bundle --out "$OUT"              # on the GPU machine
-  python3 tools/gpu_device_check.py --bundle B --out O --device cpu --tiny --deadline-s 1800  # rehearsal
+  python3 tools/gpu_device_check.py --bundle B --out O --device cpu --tiny --deadline-s 2400  # rehearsal
 
 Phases, each under its own time limit and all within --deadline-s: probe the machine (GPU, driver,
 torch) and print it; install the bundle's wheels (tools/gpu_bundle.py: the stack with mmcv-lite)
 with --no-deps into a --target folder put on PYTHONPATH beside the machine's torch, with the
 toolkit's ``xcit_mmcv_ext.pth`` made effective there (``enable_pth_files``), the project from this
 working tree; nothing is compiled. Then tools/gpu_check.py, most valuable step first, each step
-under its budget (``--tiny``: none). OUT receives summary.json (rewritten after every phase),
-check.log, and gpu_check.json and gpu_check.md (rewritten after every step): four files, flat
-(what such a machine sends back is at most 8 files). Exits 1 when a phase or a step failed.
+under its budget (``--tiny``: none), the last (compile) with what is left of the deadline. OUT
+receives summary.json (rewritten after every phase), check.log, and gpu_check.json and
+gpu_check.md (rewritten after every step): four files, flat (what such a machine sends back is at
+most 8 files). Exits 1 when a phase or a step failed.
 """
 import argparse
 import json
@@ -26,7 +27,9 @@ from typing import Dict, List, Optional
 from .bounded import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASE_LIMITS = dict(probe=30, install=120)  # seconds (the install includes its import check)
+PHASE_LIMITS = dict(probe=20, install=90)  # seconds (the install includes its import check)
+DEADLINE_S = 360  # the whole call: 6 minutes leave a second try within the 15 minutes of device time a check gets
+CHECK_EXIT_S = 5  # of the deadline, what the check leaves itself to end
 
 
 class Summary:
@@ -97,7 +100,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--device', default='cuda')
     parser.add_argument('--tiny', action='store_true', help='tiny check steps, no step budgets (a CPU rehearsal)')
     parser.add_argument('--steps', nargs='+', help="only these of the check's steps (default: all)")
-    parser.add_argument('--deadline-s', type=float, default=480, help='the whole call, all phases (default 8 min)')
+    parser.add_argument('--deadline-s', type=float, default=DEADLINE_S,
+                        help=f'the whole call, all phases (default {DEADLINE_S} s)')
     args = parser.parse_args(argv)
     start = time.monotonic()
 
@@ -136,9 +140,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     # the check writes gpu_check.json and .md into OUT itself, after each step: a call cut short keeps them
     cmd = [sys.executable, str(ROOT / 'tools/gpu_check.py'), '--out-dir', str(args.out), '--device', args.device]
     cmd += ['--tiny'] if args.tiny else ['--gpu-budgets']
+    cmd += ['--deadline-s', f'{left() - CHECK_EXIT_S:.0f}']  # the last step (compile) gets what is left
     if args.steps:
         cmd += ['--steps', *args.steps]
     check = run(cmd, left(), env, log=args.out / 'check.log')
     summary.add('check', seconds=round(time.monotonic() - t, 1), exit_status=check.returncode,
-                total_seconds=round(time.monotonic() - start, 1))
+                killed_after_s=check.killed_after_s, total_seconds=round(time.monotonic() - start, 1))
     return 0 if check.returncode == 0 else 1

@@ -1,19 +1,25 @@
 """The prepared GPU check of a machine (``tools/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
 exit status 1 when a step failed.
 
-The steps, most valuable first, each written to ``gpu_check.json`` and ``gpu_check.md`` as soon
-as it ends (a check cut short keeps what it measured): ``ops``, the installed mmcv ops against the
-golden outputs of compiled mmcv 2.1.0 (``ops_goldens.py``); then the toolkit's own commands on a
-generated data set, each judged by what its log must show (``toolkit_runs.py``): ``det_fp16``
-(``tools/dist_train.sh``, Mask R-CNN, one process, SyncBN, ``--amp fp16 --accumulation 2``, an
-epoch validated), ``det_resume`` (its ``--resume``), ``det_bf16``, ``stock_resume`` (mmdet's own
-``tools/train.py --resume`` on that work dir), ``channels_last`` (the backbone's option on and off
-giving the same first losses) and ``compile`` (the UperNet demo with the backbone compiled in
-training). Each step may have a time budget, past which it is cut and recorded as such. A step
-fails when it raises and when its results say so (see ``step_failures``). ``tiny=True`` runs every
-step at tiny sizes, on a CPU too.
+The steps (``STEPS``, the registry: one ``Step`` per entry, most telling first), each written to
+``gpu_check.json`` and ``gpu_check.md`` as soon as it ends (a check cut short keeps what it
+measured): ``ops``, the installed mmcv ops against the golden outputs of compiled mmcv 2.1.0
+(``ops_goldens.py``); then the toolkit's own commands on a generated data set, each judged by what
+its log must show (``toolkit_runs.py``): ``det_fp16`` (``tools/dist_train.sh``, Mask R-CNN with the
+recipe's ops, one process, SyncBN, ``--amp fp16 --accumulation 2``, an epoch validated),
+``det_resume`` (its ``--resume``), ``det_bf16``, ``channels_last`` (the backbone's option on and
+off giving the same first losses, TF32 off), ``stock_resume`` (mmdet's own ``tools/train.py
+--resume`` on that work dir) and, last, ``compile`` (the UperNet demo with the backbone compiled in
+training), which gets whatever time the deadline leaves. Each step may have a time budget, past
+which it is cut and recorded as such. A step fails when it raises and when its results say so (see
+``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too. The report also lists
+the GPU path one GPU cannot show (``NOT_SHOWN``) and the CPU tests covering it meanwhile.
+
+A step is one more entry in ``STEPS``: a name, a function ``(StepContext, seconds) -> result dict``
+(``failed_checks``: what its results did not show) and its budget on the lent machine.
 """
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -23,18 +29,68 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from . import ops_goldens
-from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TRAIN_STEPS, TrainingSteps
+from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
 
-STEPS = ('ops',) + TRAIN_STEPS  # most valuable first
-# Seconds per step on the lent GPU machine (16 cores, an H200), 300 in all; how they were sized:
-# docs/dev/gpu-check-rehearsal.md
-GPU_BUDGETS = dict(ops=10, det_fp16=40, det_resume=40, det_bf16=40, stock_resume=30, channels_last=60,
-                   compile=80)
+
+@dataclasses.dataclass
+class StepContext:
+    """What every step of one check gets: the device, the sizes, and the training steps' shared work."""
+
+    device: torch.device
+    tiny: bool
+    training: TrainingSteps
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of the check: ``run(context, seconds)`` returns its result; ``gpu_budget_s``: its
+    budget on the lent machine (None: whatever the deadline leaves, for the last step)."""
+
+    name: str
+    run: Callable[[StepContext, float], dict]
+    gpu_budget_s: Optional[float]
+
+
+def _training(name: str) -> Callable[[StepContext, float], dict]:
+    return lambda context, seconds: context.training.run(name, seconds)
+
+
+# Most telling first, compile last. Budgets: seconds on the lent machine (16 cores, an H200), from the
+# offline rehearsal's CPU seconds with the margin docs/dev/gpu-check-rehearsal.md states; 220 s in all,
+# compile then gets what is left of the call's 6 minutes.
+STEPS: Tuple[Step, ...] = (
+    Step('ops', lambda context, seconds: check_ops(context.device), 10),
+    Step('det_fp16', _training('det_fp16'), 40),
+    Step('det_resume', _training('det_resume'), 40),
+    Step('det_bf16', _training('det_bf16'), 40),
+    Step('channels_last', _training('channels_last'), 60),
+    Step('stock_resume', _training('stock_resume'), 30),
+    Step('compile', _training('compile'), None),
+)
+STEP_NAMES = tuple(step.name for step in STEPS)
+GPU_BUDGETS = {step.name: step.gpu_budget_s for step in STEPS if step.gpu_budget_s}
+DEADLINE_MARGIN_S = 10  # what the last step leaves of the deadline: writing the report, ending its runs
+# The GPU path a one-GPU check cannot exercise, and the CPU tests covering each meanwhile.
+NOT_SHOWN = {
+    'SyncBN across ranks (statistics reduced over NCCL)':
+        'none on CPUs, where SyncBN becomes BN (engine/run_config.adapt_to_machine): '
+        'tests/unit/test_gpu_path.py::test_ddp_gets_the_device_set_for_the_rank checks it is kept on GPUs',
+    'NCCL collectives between ranks (gradient all-reduce, control collectives)':
+        'tests/unit/test_gpu_path.py::test_training_under_a_cuda_only_backend_makes_one_collective_per_step '
+        '(cuda:gloo refuses CPU tensors as NCCL does)',
+    'the lost-peer bound (a rank waiting for a dead peer under the step bound)':
+        'tests/unit/test_wait_bounds.py, '
+        'tests/integration/test_faults_training.py::test_killing_one_rank_stops_the_survivor_naming_the_lost_peer',
+    'more than one node (rendezvous, the network interface chosen)':
+        'tests/integration/test_launch.py::test_two_nodes_on_one_machine, tests/unit/test_netif.py',
+    'one CUDA context per rank on a node of several GPUs':
+        'tests/unit/test_gpu_path.py::test_a_rank_touches_its_own_gpu_only_and_says_when_it_cannot_use_it',
+}
 
 
 class StepBudgetExceeded(BaseException):
@@ -62,7 +118,9 @@ class Report:
         """The results as markdown tables, one section per step."""
         head = self.data['header']
         lines = [f"# GPU check: {head['device_name']}", '',
-                 f"torch {head['torch']}, CUDA {head['cuda']}, mmcv {head['mmcv']}, tiny: {head['tiny']}", '']
+                 f"torch {head['torch']}, CUDA {head['cuda']}, mmcv {head['mmcv']}, tiny: {head['tiny']}", '',
+                 '## What one GPU cannot show (and the CPU tests covering it meanwhile)', '']
+        lines += [f'- {path}: {tests}' for path, tests in head['not_shown'].items()] + ['']
         for step, result in self.data['steps'].items():
             lines += [f'## {step}', '']
             if result.get('failed'):
@@ -99,7 +157,7 @@ def header(device: torch.device, tiny: bool) -> dict:
                 mmcv=mmcv_version, mmcv_ext=ext,
                 device_name=torch.cuda.get_device_name(device) if cuda else 'CPU',
                 capability='%d.%d' % torch.cuda.get_device_capability(device) if cuda else None,
-                time=time.strftime('%Y-%m-%d %H:%M:%S'))
+                time=time.strftime('%Y-%m-%d %H:%M:%S'), not_shown=NOT_SHOWN)
 
 
 # the steps ---------------------------------------------------------------------------------
@@ -125,24 +183,32 @@ def step_failures(step: str, result: dict) -> List[str]:
 
 def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[List[str]] = None,
               log: Callable[[str], None] = lambda line: print(line, flush=True),
-              budgets: Optional[Dict[str, float]] = None) -> dict:
+              budgets: Optional[Dict[str, float]] = None, deadline_s: Optional[float] = None) -> dict:
     """Run the chosen steps (all by default, in ``STEPS`` order), writing each result as soon as it
-    ends; a step over its budget (seconds, ``budgets``) is cut; a failing step is recorded with its
-    reasons (``failed``) and the next one runs. The training steps share a temporary work folder."""
+    ends; a step over its budget (seconds, ``budgets``) is cut; a step without one gets what is left
+    of ``deadline_s`` (seconds from now, less ``DEADLINE_MARGIN_S``), if given; a failing step is
+    recorded with its reasons (``failed``) and the next one runs. The training steps share a
+    temporary work folder."""
     report = Report(out_dir, header(device, tiny))
     budgets = budgets or {}
+    registry = {step.name: step for step in STEPS}
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix='gpu-check-') as tmp:
-        training = TrainingSteps(device.type, tiny, Path(tmp))
-        for step in steps or list(STEPS):
+        context = StepContext(device, tiny, TrainingSteps(device.type, tiny, Path(tmp)))
+        for step in steps or list(STEP_NAMES):
             start, cpu_start = time.monotonic(), _cpu_seconds()
             budget = budgets.get(step)
-            log(f'[gpu_check] {step} ...' + (f' (budget {budget:g} s)' if budget else ''))
+            if budget is None and deadline_s is not None:
+                budget = deadline_s - DEADLINE_MARGIN_S - (start - began)
+                if budget <= 0:
+                    report.add(step, dict(error='not run: no time left before the deadline', cut=True, seconds=0.0,
+                                          failed=['not run: no time left before the deadline']))
+                    log(f'[gpu_check] {step}: not run (no time left)')
+                    continue
+            log(f'[gpu_check] {step} ...' + (f' (budget {budget:.0f} s)' if budget else ''))
             try:
                 with _budget(budget):
-                    if step == 'ops':
-                        result = check_ops(device)
-                    else:
-                        result = training.run(step, budget or RUN_LIMIT_S)
+                    result = registry[step].run(context, budget or RUN_LIMIT_S)
             except StepBudgetExceeded:
                 result = dict(error=f'cut: over its budget of {budget:g} s', cut=True)
             except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
@@ -215,10 +281,10 @@ def parse_budgets(items: List[str]) -> Dict[str, float]:
     for item in items:
         step, _, seconds = item.partition('=')
         try:
-            if step not in STEPS or float(seconds) <= 0:
+            if step not in STEP_NAMES or float(seconds) <= 0:
                 raise ValueError
         except ValueError:
-            sys.exit(f'error: --budget {item!r}: expected STEP=SECONDS with STEP one of {", ".join(STEPS)}')
+            sys.exit(f'error: --budget {item!r}: expected STEP=SECONDS with STEP one of {", ".join(STEP_NAMES)}')
         budgets[step] = float(seconds)
     return budgets
 
@@ -229,17 +295,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--device', default='cuda', help='cuda (default) or cpu')
     parser.add_argument('--tiny', action='store_true', help='tiny models and sizes (for a CPU, or a quick look)')
-    parser.add_argument('--steps', nargs='+', choices=STEPS, help='only these steps (default: all)')
+    parser.add_argument('--steps', nargs='+', choices=STEP_NAMES, help='only these steps (default: all)')
     parser.add_argument('--budget', nargs='+', default=[], metavar='STEP=SECONDS',
                         help='cut a step past this many seconds (it then fails)')
     parser.add_argument('--gpu-budgets', action='store_true',
                         help="every step's budget sized for the lent GPU machine (GPU_BUDGETS); --budget overrides")
+    parser.add_argument('--deadline-s', type=float,
+                        help='the whole check: a step without a budget (compile, last) gets what is left')
     args = parser.parse_args(argv)
     budgets = dict(GPU_BUDGETS if args.gpu_budgets else {}, **parse_budgets(args.budget))
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         sys.exit('error: no CUDA device is visible: run on a GPU machine, or pass --device cpu --tiny')
-    data = run_check(device, args.tiny, args.out_dir, args.steps, budgets=budgets)
+    data = run_check(device, args.tiny, args.out_dir, args.steps, budgets=budgets, deadline_s=args.deadline_s)
     failed = failed_steps(data)
     print(f'[gpu_check] results: {args.out_dir / "gpu_check.md"}')
     if failed:

@@ -70,7 +70,7 @@ def build_inferencer(config: Union[str, Config], weights: str,
     install_checked_schemes()
     device = device or default_device()
     if device.startswith('cuda'):
-        check_cuda_ops()
+        check_cuda_ops(torch.device(device).index)  # that GPU only (None: the current one)
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
 

@@ -79,8 +79,9 @@ def test_a_target_folder_runs_its_pth_files_as_site_packages_would(tmp_path):
 
 
 def test_the_call_fits_its_deadline():
-    """The GPU budgets of every step within 5 minutes; with the probe, the install and 20 s for the
-    check's own start, within the device script's default deadline of 8 minutes."""
-    assert set(check.GPU_BUDGETS) == set(check.STEPS)
-    assert sum(check.GPU_BUDGETS.values()) <= 5 * 60
-    assert sum(device_check.PHASE_LIMITS.values()) + sum(check.GPU_BUDGETS.values()) + 20 <= 8 * 60
+    """Every step but the last has a GPU budget; with the probe's and the install's limits and 20 s
+    for the check's own start, they fit the device script's default deadline of 6 minutes (a second
+    try within 15 minutes of device time); the last step, compile, gets what is left."""
+    assert list(check.GPU_BUDGETS) == list(check.STEP_NAMES[:-1]) and check.STEP_NAMES[-1] == 'compile'
+    assert device_check.DEADLINE_S == 6 * 60
+    assert sum(device_check.PHASE_LIMITS.values()) + sum(check.GPU_BUDGETS.values()) + 20 <= device_check.DEADLINE_S

@@ -2,6 +2,7 @@
 the device of each rank, bf16 training, CUDA RNG states and mmcv's CUDA ops (GPU presence faked)."""
 import ast
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -220,3 +221,25 @@ def test_a_bf16_training_step(config):
     assert model.backbone.patch_embed.proj[0][0].weight.grad.abs().sum() > 0
     if config.startswith('mask'):
         assert seen == [torch.bfloat16, torch.bfloat16]
+
+
+@pytest.mark.slow  # two processes importing the stack (about 20 s on 2 cores)
+@pytest.mark.parametrize('busy', [False, True])
+def test_a_rank_touches_its_own_gpu_only_and_says_when_it_cannot_use_it(tmp_path, seg_data, busy):
+    """tools/train.py's start up to the process group, under a torch.cuda stand-in of 8 GPUs
+    (tests/support/cuda_standin.py): rank 3 allocates on, and probes the ops of, GPU 3 only; when the
+    plain allocation fails there, it exits naming host, rank and GPU, not the install advice."""
+    config = tiny_seg_config(tmp_path, seg_data)
+    env = launch_env(RANK=3, WORLD_SIZE=8, LOCAL_RANK=3, LOCAL_WORLD_SIZE=8, MASTER_ADDR='127.0.0.1',
+                     MASTER_PORT=free_port(), STANDIN_BUSY=int(busy))
+    env.pop('SLURM_LOCALID', None)
+    result = run([sys.executable, str(ROOT / 'tests/support/cuda_standin.py'), str(ROOT / 'tools/train.py'),
+                  str(config), '--work-dir', str(tmp_path / 'work'), '--launcher', 'pytorch'], env=env, timeout=300)
+    assert 'touched: [3]' in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
+    if busy:
+        assert result.returncode == 1 and 'install.sh' not in result.stderr
+        assert re.search(rf'error: GPU 3 of host {re.escape(socket.gethostname())} cannot be used by rank 3: CUDA '
+                         r'error: all CUDA-capable devices are busy or unavailable \(is the GPU in exclusive-process '
+                         r'mode', result.stderr), result.stderr[-3000:]
+    else:
+        assert result.returncode == 0, result.stderr[-3000:]

@@ -4,6 +4,7 @@ import hashlib
 import multiprocessing
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -322,17 +323,26 @@ def test_mismatch_message_names_the_gpu_the_build_and_the_fix():
                    'TORCH_CUDA_ARCH_LIST="9.0;8.6" bash tools/install.sh')
 
 
+REAL_CHECK_GPU_USABLE = cuda_ops.check_gpu_usable
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Pretend one GPU of a given capability is visible and mmcv was built with given build info."""
-    def install(capability, cuda_version, archs):
+    """Pretend GPUs of a given capability are visible (the current one ``current``), mmcv built with
+    given build info, and the plain allocation on a GPU passing; returns the GPUs allocated on."""
+    allocated = []
+
+    def install(capability, cuda_version, archs, count=1, current=0):
         monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-        monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+        monkeypatch.setattr(torch.cuda, 'device_count', lambda: count)
+        monkeypatch.setattr(torch.cuda, 'current_device', lambda: current)
         monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda i=None: capability)
         monkeypatch.setattr(torch.cuda, 'get_device_name', lambda i=None: 'NVIDIA Fake GPU')
+        monkeypatch.setattr(cuda_ops, 'check_gpu_usable', allocated.append)
         info = types.ModuleType('mmcv.xcit_build_info')
         info.CUDA_VERSION, info.CUDA_ARCH_LIST = cuda_version, archs
         monkeypatch.setitem(sys.modules, 'mmcv.xcit_build_info', info)
+        return allocated
     return install
 
 
@@ -349,31 +359,57 @@ def test_runtime_check_passes_a_gpu_inside_the_build(fake_gpu):
 
 def test_runtime_check_refuses_a_cpu_only_mmcv_on_a_gpu_node(fake_gpu):
     fake_gpu((8, 6), None, ())
-    with pytest.raises(RuntimeError, match=r'1 GPU\(s\) \(NVIDIA Fake GPU\).*built without CUDA ops: '
+    with pytest.raises(RuntimeError, match=r'GPU 0 \(NVIDIA Fake GPU\) is present, but .*built without CUDA ops: '
                                            r'reinstall with XCIT_MMCV=compiled XCIT_MMCV_CUDA=1 bash tools/install.sh'):
         cuda_ops.check_cuda_ops()
 
 
-def test_runtime_check_runs_torchvisions_cuda_ops_where_they_serve_mmcv_ext(fake_gpu, monkeypatch):
-    """mmcv-lite: the check runs torchvision's nms and roi_align on each GPU (here a fake one, where
-    they fail) and names the GPU, torchvision and the fix."""
-    fake_gpu((9, 0), '13.0', ('9.0',))
+def test_runtime_check_runs_torchvisions_cuda_ops_on_its_own_gpu_only(fake_gpu, monkeypatch):
+    """mmcv-lite: the check allocates on, and runs torchvision's nms and roi_align on, the process's
+    current GPU of 8 (here a fake one, where the ops fail), naming the GPU, torchvision and the fix."""
+    allocated = fake_gpu((9, 0), '13.0', ('9.0',), count=8, current=3)
     monkeypatch.setattr(cuda_ops, 'mmcv_cuda_archs', lambda: None)
     monkeypatch.setattr(cuda_ops, 'serves_mmcv_ext', lambda: True)
-    with pytest.raises(RuntimeError, match=r"GPU 0 \(NVIDIA Fake GPU\) cannot run torchvision .*'s CUDA ops, "
+    probed = []
+    real = cuda_ops.check_torchvision_cuda_ops
+    monkeypatch.setattr(cuda_ops, 'check_torchvision_cuda_ops', lambda index: probed.append(index) or real(index))
+    with pytest.raises(RuntimeError, match=r"GPU 3 \(NVIDIA Fake GPU\) cannot run torchvision .*'s CUDA ops, "
                                            r"which serve mmcv._ext's nms and roi_align.*bash tools/install.sh"):
         cuda_ops.check_cuda_ops()
+    assert allocated == [3] and probed == [3]
     monkeypatch.setattr(cuda_ops, 'serves_mmcv_ext', lambda: False)  # a compiled mmcv of unknown build
     assert cuda_ops.check_cuda_ops() is None
 
 
+def test_a_gpu_that_cannot_allocate_is_told_apart_from_the_ops(fake_gpu, monkeypatch):
+    """The plain allocation fails first (exclusive mode, here a stand-in): the message names host,
+    rank and GPU, and the ops are never tried (their install advice would be wrong)."""
+    fake_gpu((9, 0), '13.0', ('9.0',), count=8, current=5)
+    monkeypatch.setattr(cuda_ops, 'check_gpu_usable', REAL_CHECK_GPU_USABLE)  # the fixture's stand-in undone
+    busy = RuntimeError('CUDA error: all CUDA-capable devices are busy or unavailable')
+    touched = []
+    monkeypatch.setattr(torch, 'empty', lambda *a, device=None, **k: touched.append(device) or _raise(busy))
+    monkeypatch.setattr(cuda_ops, 'mmcv_cuda_archs', lambda: None)
+    monkeypatch.setattr(cuda_ops, 'serves_mmcv_ext', lambda: True)
+    monkeypatch.setattr(cuda_ops, 'check_torchvision_cuda_ops', lambda index: pytest.fail('ops tried'))
+    monkeypatch.setenv('RANK', '13')
+    with pytest.raises(cuda_ops.GpuUnusable, match=rf'GPU 5 of host {re.escape(socket.gethostname())} cannot be '
+                                                   r'used by rank 13: CUDA error: all CUDA-capable devices are busy'):
+        cuda_ops.check_cuda_ops()
+    assert touched == [torch.device('cuda', 5)]
+
+
+def _raise(error):
+    raise error
+
+
 def test_runtime_check_ignores_machines_without_gpu(fake_gpu, monkeypatch):
-    fake_gpu((8, 6), None, ())
+    allocated = fake_gpu((8, 6), None, ())
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert cuda_ops.check_cuda_ops() is None
     fake_gpu((8, 6), '13.0', ('9.0',))
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    assert cuda_ops.check_cuda_ops() is None
+    assert cuda_ops.check_cuda_ops() is None and allocated == []
 
 
 # ---- a build of some ops only ------------------------------------------------------------------

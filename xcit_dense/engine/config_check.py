@@ -11,6 +11,7 @@ from typing import Any
 from mmengine.config import Config
 
 from ..models.xcit import XCiT
+from .compile import COMPILE_KEY
 
 
 def _matches(value: Any, hint: Any) -> bool:
@@ -39,13 +40,18 @@ def _type_name(hint: Any) -> str:
 
 
 def check_backbone(backbone: dict, where: str = 'model.backbone') -> None:
-    """Refuse unknown keys and values of the wrong type in an XCiT backbone config."""
+    """Refuse unknown keys and values of the wrong type in an XCiT backbone config (``compile``, the
+    run's option, included)."""
     if backbone.get('type') != 'XCiT':
         return
     params = inspect.signature(XCiT.__init__).parameters
     hints = typing.get_type_hints(XCiT.__init__)
     for key, value in backbone.items():
         if key in ('type', '_delete_'):
+            continue
+        if key == COMPILE_KEY:  # the run's option (engine/compile.py), not the model's
+            if not isinstance(value, bool):
+                raise ValueError(f'{where}.{key}={value!r}: expected bool, got {type(value).__name__}')
             continue
         if key not in params:
             known = ', '.join(p for p in params if p != 'self')

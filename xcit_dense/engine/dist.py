@@ -32,6 +32,7 @@ import torch.distributed as dist
 from xcit_launch import netif
 
 from . import collectives
+from .cuda_ops import check_cuda_ops
 from .resume import agree_on_restart
 from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, WaitBounds, nccl_environment, wait_bounds
 
@@ -100,8 +101,11 @@ def init_distributed(launcher: str) -> Optional[str]:
     global _BOUNDS, _WATCH
     if launcher not in LAUNCHERS:
         raise ValueError(f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
-    if launcher == 'none' or dist.is_initialized():
-        return dist.get_backend() if dist.is_initialized() else None
+    if dist.is_initialized():
+        return dist.get_backend()
+    if launcher == 'none':
+        _check_own_gpu()
+        return None
     try:
         _BOUNDS = wait_bounds()
     except ValueError as exc:
@@ -116,6 +120,7 @@ def init_distributed(launcher: str) -> Optional[str]:
         backend = 'nccl'
         torch.cuda.set_device(cuda_device_index(int(os.environ.get('LOCAL_RANK', 0)),
                                                 torch.cuda.device_count(), _bound_per_task()))
+        _check_own_gpu()
         os.environ.update(nccl_environment(_BOUNDS))
     else:
         backend = 'gloo'
@@ -133,6 +138,16 @@ def init_distributed(launcher: str) -> Optional[str]:
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
     _WATCH = _WATCH or StepWatch(_step_expired)
     return backend
+
+
+def _check_own_gpu() -> None:
+    """The ops check (``cuda_ops.check_cuda_ops``) on this process's GPU, once, after the device was
+    set and before the group forms: each rank that cannot use its GPU exits with why, naming host,
+    rank and GPU (a peer waiting for it in the rendezvous then ends by its launcher or its bound)."""
+    try:
+        check_cuda_ops()
+    except RuntimeError as exc:
+        raise SystemExit(f'error: {exc}') from None
 
 
 def _one_node_network(backend: str) -> None:

@@ -22,8 +22,7 @@ from ..checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
-from .cuda_ops import check_cuda_ops
-from .dist import exit_once_per_node, gpus_present
+from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
 from .optim_wrappers import GUARDED
 from .resume import Resume
@@ -33,14 +32,10 @@ def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
     """The start tools/train.py and tools/test.py share: the config at ``path`` with ``cfg_options``,
     its task's models imported (before the Runner does: a segmentation run keeps mmdet out).
 
-    A missing file, or a GPU outside the installed mmcv build, ends the process with the error (said
-    before any kernel fails); a config that does not load raises ValueError."""
+    A missing file ends the process with the error; a config that does not load raises ValueError.
+    (The GPU and its ops are checked once the rank's device is set: ``init_distributed``.)"""
     if not os.path.isfile(path):
         sys.exit(f'error: config file not found: {path}')
-    try:
-        check_cuda_ops()
-    except RuntimeError as exc:
-        exit_once_per_node(f'error: {exc}')
     cfg = load_config(path, cfg_options)
     task_of_config(cfg).import_models()
     return cfg

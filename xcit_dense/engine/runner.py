@@ -17,6 +17,7 @@ from mmengine.runner.checkpoint import _load_checkpoint_to_model
 from mmengine.utils.dl_utils import collect_env
 
 from xcit_launch.known_warnings import KnownLogMessages
+from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
 
 
@@ -35,6 +36,15 @@ class ToolkitRunner(Runner):
         super().__init__(*args, **kwargs)
         self.logger.addFilter(KnownLogMessages())
         self._handed: Optional[Tuple[str, dict]] = None
+
+    def build_model(self, model):
+        """MMEngine's ``build_model``, with the backbone compiled where its config says
+        ``compile=True`` (engine/compile.py: the fallback to eager lives there, not in the model)."""
+        model, compile_backbone = take_compile_option(model)
+        built = super().build_model(model)
+        if compile_backbone:
+            compile_forward(built.backbone)
+        return built
 
     def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
         """Give the Runner the contents of ``filename``, already read (engine/resume.py reads a

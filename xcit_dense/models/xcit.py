@@ -3,8 +3,6 @@
 Follows the authors' detection/segmentation backbone: no class token, no final norm; the token
 maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all with D channels.
 """
-import functools
-import logging
 import math
 import typing
 from typing import Dict, List, Literal, Optional, Sequence, Tuple
@@ -12,14 +10,13 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple
 import torch
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmengine.logging import MMLogger, print_log
+from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
 from .cpu_layouts import use_cpu_layouts
 from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, UpConv2x2, XCABlock
 from .presets import PRESETS, default_out_indices
@@ -59,24 +56,6 @@ def _downsample(factor: int) -> nn.Module:
     return nn.MaxPool2d(kernel_size=factor, stride=factor, ceil_mode=True)
 
 
-# What torch.compile raises when it cannot compile (dynamo's errors; inductor's come wrapped in
-# BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled code runs,
-# is the run's error: running the backbone again eagerly on one rank would issue its SyncBN
-# collectives twice there, and the ranks would fall out of step.
-COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
-
-
-def _is_compile_failure(exc: BaseException) -> bool:
-    return isinstance(exc, COMPILE_FAILURES) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(fn):
-    # compiled once per function; the module goes in as an argument, so copies of a model
-    # (deepcopy for EMA, ...) never call back into the original
-    return torch.compile(fn)
-
-
 @MODELS.register_module()
 class XCiT(BaseModule):
     """XCiT backbone returning a 4-level pyramid for FPN-style necks and heads.
@@ -102,8 +81,6 @@ class XCiT(BaseModule):
             memory format; the token maps then become (B, D, Hp, Wp) views of the tokens. On a
             CPU, inputs and token maps are channels_last in any case (faster convolutions there),
             so the pyramid's outputs are channels_last; the option also converts the weights.
-        compile: ``torch.compile`` the forward; where it cannot compile, one warning is
-            logged and the model runs eagerly.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL, sha256=None)`` loads the authors',
             timm's or this toolkit's weights (see ``weights.load_backbone_weights``).
     """
@@ -127,7 +104,6 @@ class XCiT(BaseModule):
                  norm_eval: bool = False,
                  with_cp: CheckpointMode = False,
                  channels_last: bool = False,
-                 compile: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if arch not in PRESETS:
@@ -158,8 +134,6 @@ class XCiT(BaseModule):
         self.norm_eval = norm_eval
         self.with_cp = with_cp
         self.channels_last = channels_last
-        self.compile_forward = compile
-        self._compile_failed = False
 
         dims = self.embed_dims
         self.patch_embed = ConvPatchEmbed(patch_size, in_channels, dims, norm_cfg)
@@ -256,26 +230,6 @@ class XCiT(BaseModule):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """(B, 3, H, W) -> 4 maps (B, D, ceil(H/s), ceil(W/s)) for s = 4, 8, 16, 32."""
-        if self.compile_forward and not self._compile_failed:
-            if find_c_compiler() is None:
-                self._run_eagerly('torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and '
-                                  f"none was found ({', '.join(COMPILER_VARIABLES + COMPILER_NAMES)}): running eagerly")
-                return self._forward(x)
-            try:
-                return _compiled(XCiT._forward)(self, x)
-            except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
-                if not _is_compile_failure(exc):
-                    raise
-                reason = (str(exc).strip().splitlines() or [''])[0][:200]
-                self._run_eagerly(f'torch.compile failed, running eagerly ({type(exc).__name__}: {reason})')
-        return self._forward(x)
-
-    def _run_eagerly(self, why: str) -> None:
-        """Stop compiling this model, with one warning saying why."""
-        self._compile_failed = True
-        print_log(f'XCiT: {why}', logger='current', level=logging.WARNING)
-
-    def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         height, width = x.shape[2:]
         maps = self.forward_token_maps(x)
         outs = []

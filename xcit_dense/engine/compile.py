@@ -1,0 +1,95 @@
+"""``torch.compile`` of a model's backbone, applied by the run where the config says
+``model.backbone.compile=True`` (``ToolkitRunner.build_model``; benchmarks call ``compile_forward``),
+with a fallback that keeps the run going where compiling fails: one warning, then eager.
+
+A compile cannot stop a run:
+
+- no C compiler (inductor builds C++ on CPUs, Triton its launchers on GPUs): eager at once;
+- the backward is compiled with the forward (torch's ``force_non_lazy_backward_lowering``), not
+  lazily at the first ``loss.backward()``, so a backward that fails to compile raises inside the
+  compiled call, where the fallback catches it, instead of from ``backward()`` outside it;
+- no rank recompiles after the first step while its peers wait in the gradient all-reduce under the
+  step bound: the input's batch, height and width are marked dynamic before the first call, so the
+  first graph serves every later size of multi-scale training (a batch of one image still gets a
+  graph of its own: dynamo specialises sizes 0 and 1).
+
+Only dynamo's errors count as a failure to compile (inductor's come wrapped in
+BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled code runs, is the
+run's error: running the backbone again eagerly on one rank would issue its SyncBN collectives
+twice there, and the ranks would fall out of step.
+"""
+import copy
+import functools
+import logging
+from typing import Any, Tuple
+
+import torch
+import torch._functorch.config as functorch_config
+from mmengine.logging import print_log
+from torch import nn
+
+from ..models.c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
+
+COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
+COMPILE_KEY = 'compile'  # in the backbone's config: read and removed by the run before the model is built
+DYNAMIC_DIMS = (0, 2, 3)  # of an image batch (B, C, H, W)
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    return isinstance(exc, COMPILE_FAILURES) and not isinstance(exc.__cause__, torch.OutOfMemoryError)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(fn):
+    # compiled once per function; the module goes in as an argument, so copies of a model
+    # (deepcopy for EMA, ...) never call back into the original
+    return torch.compile(fn)
+
+
+class CompiledForward:
+    """A module's ``forward``, compiled, or eager once compiling failed (``failed``)."""
+
+    def __init__(self, module: nn.Module):
+        self.module, self.failed = module, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, eager = self.module, type(self.module).forward
+        if self.failed:
+            return eager(module, *args, **kwargs)
+        if find_c_compiler() is None:
+            self._run_eagerly('torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and none was '
+                              f"found ({', '.join(COMPILER_VARIABLES + COMPILER_NAMES)}): running eagerly")
+            return eager(module, *args, **kwargs)
+        for x in args:
+            if isinstance(x, torch.Tensor) and x.dim() == 4:
+                for dim in DYNAMIC_DIMS:
+                    torch._dynamo.maybe_mark_dynamic(x, dim)
+        try:
+            with functorch_config.patch(force_non_lazy_backward_lowering=True):
+                return _compiled(eager)(module, *args, **kwargs)
+        except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
+            if not is_compile_failure(exc):
+                raise
+            reason = (str(exc).strip().splitlines() or [''])[0][:200]
+            self._run_eagerly(f'torch.compile failed, running eagerly ({type(exc).__name__}: {reason})')
+        return eager(module, *args, **kwargs)
+
+    def _run_eagerly(self, why: str) -> None:
+        """Stop compiling this module, with one warning saying why."""
+        self.failed = True
+        print_log(f'{type(self.module).__name__}: {why}', logger='current', level=logging.WARNING)
+
+
+def compile_forward(module: nn.Module) -> CompiledForward:
+    """Compile ``module``'s forward from its next call on (its instance's ``forward`` replaced)."""
+    module.forward = CompiledForward(module)
+    return module.forward
+
+
+def take_compile_option(model_cfg: Any) -> Tuple[Any, bool]:
+    """A model config without the backbone's ``compile`` key (a copy when it had one), and that key."""
+    backbone = model_cfg.get('backbone') if isinstance(model_cfg, dict) else None
+    if not isinstance(backbone, dict) or COMPILE_KEY not in backbone:
+        return model_cfg, False
+    model_cfg = copy.deepcopy(model_cfg)
+    return model_cfg, bool(model_cfg['backbone'].pop(COMPILE_KEY))

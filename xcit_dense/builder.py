@@ -6,6 +6,7 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from torch import nn
 
+from .engine.compile import take_compile_option
 from .engine.config_check import check_config
 from .tasks import task_of_config
 
@@ -24,10 +25,10 @@ def build_model(config: Union[str, Config], cfg_options: Optional[dict] = None,
     """Build ``cfg.model`` in the config's ``default_scope`` (mmdet or mmseg).
 
     SyncBN layers become BN: this builds a model for one process (see the train tool for
-    distributed runs).
+    distributed runs). The backbone's ``compile`` key, which the run applies, is left out: an eager model.
     """
     cfg = load_config(config, cfg_options)
-    model = task_of_config(cfg).build_model(cfg.model)
+    model = task_of_config(cfg).build_model(take_compile_option(cfg.model)[0])
     has_sync_bn = any(isinstance(m, nn.SyncBatchNorm) for m in model.modules())
     if has_sync_bn:
         print_log('SyncBN converted to BN: single-process model', logger='current')

@@ -18,6 +18,7 @@ from pycocotools import mask as mask_utils
 from torch import nn
 
 from .checkpoint import CheckpointError
+from .engine.compile import take_compile_option
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
 from .models.checkpoint_schemes import install_checked_schemes
@@ -71,7 +72,8 @@ def build_inferencer(config: Union[str, Config], weights: str,
     device = device or default_device()
     if device.startswith('cuda'):
         check_cuda_ops(torch.device(device).index)  # that GPU only (None: the current one)
-    cfg = Config.fromfile(config) if isinstance(config, str) else config
+    cfg = (Config.fromfile(config) if isinstance(config, str) else config).copy()
+    cfg.model = take_compile_option(cfg.model)[0]  # the run's option: inference runs the eager model
     return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
 
 

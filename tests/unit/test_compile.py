@@ -157,3 +157,10 @@ def test_the_run_takes_the_compile_key_from_the_backbone_config():
     check_backbone(dict(type='XCiT', compile=True))
     with pytest.raises(ValueError, match=r"model\.backbone\.compile='yes': expected bool"):
         check_backbone(dict(type='XCiT', compile='yes'))
+
+
+def test_models_built_outside_a_run_leave_the_compile_key_out():
+    """Planted: builder.build_model passing the key on (XCiT takes no ``compile`` argument)."""
+    from xcit_dense.builder import build_model
+    model = build_model('configs/demo/upernet_xcit_tiny_12_p16_demo.py', {'model.backbone.compile': True}, init=False)
+    assert not isinstance(model.backbone.forward, compile_module.CompiledForward)

@@ -6,8 +6,9 @@ import argparse
 import sys
 
 import xcit_dense  # noqa: F401  (first: it silences the stack's known warnings and sets OpenCV's pixel limit before they load)
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
+from xcit_dense.builder import load_config
 from xcit_dense.datasets.check import check_dataset
 
 
@@ -17,9 +18,10 @@ def main() -> None:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. train_dataloader.dataset.data_root=/data/coco/')
     args = parser.parse_args()
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    try:
+        cfg = load_config(args.config, args.cfg_options)  # a palette shorter than the classes: extended
+    except ValueError as exc:
+        sys.exit(f'error: {exc}')
     reports = check_dataset(cfg)
     for report in reports:
         print('\n'.join(report.lines()))

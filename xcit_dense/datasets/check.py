@@ -1,7 +1,8 @@
 """What a config's training and validation data hold, read through the real dataset classes:
 images found and missing, annotations, classes against the annotation file and the model's heads,
-image sizes (each image's as the pipeline loads it against its annotation's), and every sample or annotation that training would skip, validation refuse or the dataset class
-drop, counted by kind in the words of ``problems`` (each image and label map is decoded).
+image sizes (each image's as the pipeline loads it against its annotation's), and every sample or
+annotation that training would skip, validation refuse or the dataset class drop, counted by kind
+in the words of ``problems`` (each image and label map is decoded).
 
 Used by tools/check_dataset.py before a long run, so that a wrong path, a half-extracted archive
 or a class list that does not match the annotations is named instead of found hours later.
@@ -75,8 +76,7 @@ class SplitReport:
                 f'{name} {int(pick(heights))}x{int(pick(widths))}'
                 for name, pick in (('min', min), ('median', median), ('max', max))))
         if self.size_mismatches:
-            out.append(f'  images of another size than annotated: {len(self.size_mismatches)}, e.g. '
-                       f'{self.size_mismatches[0]}')
+            out.append(f'  images of another size than annotated: {len(self.size_mismatches)}')
         out += [f'  {kind}: {n}, e.g. {self.bad_examples[kind]}' for kind, n in sorted(self.bad_kinds.items())]
         out += [f'  problem: {p}' for p in self.problems]
         return out

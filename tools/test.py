@@ -16,6 +16,7 @@ from mmengine.registry import RUNNERS
 
 from xcit_dense.checkpoint import CheckpointError, local_checkpoint
 from xcit_dense.models.weights import check_matches_model, read_checkpoint
+from xcit_dense.datasets.loaded_size import loader_color_type
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
@@ -48,14 +49,11 @@ def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
         dump = dict(type=task.dump_results, out_file_path=os.path.abspath(out))
         evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
         cfg.test_evaluator = [*evaluators, dump]
-    if show_dir:
-        hook = cfg.default_hooks.visualization
-        hook.draw = True
-        if task.hook_writes_test_dir:
-            hook.test_out_dir = os.path.abspath(show_dir)
-        else:
-            hook.interval = 1
-            cfg.visualizer.save_dir = os.path.abspath(show_dir)
+    if show_dir:  # the toolkit's hook: pictures named and drawn as tools/infer.py does, for both tasks
+        score_thr = cfg.default_hooks.visualization.get('score_thr', 0.3) if task.draws_scores else None
+        cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), dict(
+            type='ShowDirHook', out_dir=os.path.abspath(show_dir), score_thr=score_thr,
+            color_type=loader_color_type(cfg.test_dataloader.dataset.pipeline))]
 
 
 def use_tta(cfg: Config) -> None:

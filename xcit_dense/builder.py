@@ -6,17 +6,20 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from torch import nn
 
+from .datasets.palette import complete_palettes
 from .engine.compile import take_compile_option
 from .engine.config_check import check_config
 from .tasks import task_of_config
 
 
 def load_config(config: Union[str, Config], cfg_options: Optional[dict] = None) -> Config:
-    """Read a config file (importing its ``custom_imports``), merge ``cfg_options`` and check it."""
+    """Read a config file (importing its ``custom_imports``), merge ``cfg_options`` and check it; a
+    palette shorter than the classes (inherited with the base config) is extended."""
     cfg = Config.fromfile(config) if isinstance(config, str) else config.copy()
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     check_config(cfg)
+    complete_palettes(cfg)
     return cfg
 
 

@@ -26,7 +26,6 @@ class Task:
     prediction: str  # the data sample field that holds the model's prediction
     dump_results: str  # the metric that saves raw predictions to a .pkl file
     head_keys: Tuple[str, ...]  # state-dict prefixes that only this task's models have
-    hook_writes_test_dir: bool  # the visualization hook takes test_out_dir (mmseg: the visualizer's save_dir)
     draws_scores: bool  # the visualizer takes pred_score_thr
     keep_out: Optional[str]  # a package that <scope>.models imports only if it can, kept out
 
@@ -86,11 +85,11 @@ def _kept_out(package: str) -> Iterator[None]:
 DETECTION = Task(name='detection', scope='mmdet', data_sample='DetDataSample',
                  inferencer='DetInferencer', prediction='pred_instances',
                  dump_results='DumpDetResults', head_keys=('rpn_head.', 'roi_head.'),
-                 hook_writes_test_dir=True, draws_scores=True, keep_out=None)
+                 draws_scores=True, keep_out=None)
 SEGMENTATION = Task(name='segmentation', scope='mmseg', data_sample='SegDataSample',
                     inferencer='MMSegInferencer', prediction='pred_sem_seg',
                     dump_results='DumpResults', head_keys=('decode_head.',),
-                    hook_writes_test_dir=False, draws_scores=False, keep_out='mmdet')
+                    draws_scores=False, keep_out='mmdet')
 TASKS = {task.scope: task for task in (DETECTION, SEGMENTATION)}
 
 

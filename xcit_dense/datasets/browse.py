@@ -3,8 +3,9 @@ ground truth drawn, one image per sample and a mosaic of all.
 
 mmdet's browse_dataset.py draws every sample of the set (118k for COCO) and no mosaic; mmseg
 1.2.2's fails under OpenCV 5 (cv2.rectangle refuses the non-contiguous image it passes). This
-draws N random ones of either.
+draws N random ones of either; a sample that cannot be drawn is reported, and the others drawn.
 """
+import logging
 import math
 import random
 from pathlib import Path
@@ -12,8 +13,11 @@ from typing import List
 
 import numpy as np
 from mmengine.config import Config
+from mmengine.logging import print_log
 from mmengine.registry import DATASETS, VISUALIZERS, init_default_scope
 from PIL import Image
+
+from ..pictures import draw_picture
 
 CELL = 256  # the mosaic's cell size in pixels
 
@@ -62,8 +66,11 @@ def browse_training_samples(cfg: Config, num: int, out_dir: str, seed: int = 0) 
         image = np.ascontiguousarray(item['inputs'].permute(1, 2, 0).numpy()[..., ::-1])  # BGR -> RGB
         data_sample = _drawable(item['data_samples'])
         path = out / f'{index:06d}_{Path(data_sample.img_path).stem}.jpg'
-        visualizer.add_datasample(path.stem, image, data_sample, draw_pred=False, show=False,
-                                  out_file=str(path))
-        drawn.append(path)
-    mosaic(drawn, out / 'mosaic.jpg')
+        not_drawn = draw_picture(visualizer, image, data_sample, str(path), draw_pred=False)
+        if not_drawn:
+            print_log(not_drawn, logger='current', level=logging.WARNING)
+        else:
+            drawn.append(path)
+    if drawn:
+        mosaic(drawn, out / 'mosaic.jpg')
     return drawn

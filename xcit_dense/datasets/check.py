@@ -1,7 +1,8 @@
 """What a config's training and validation data hold, read through the real dataset classes:
-images found and missing, annotations, classes against the annotation file, image sizes, and
-every sample or annotation that training would skip, validation refuse or the dataset class
-drop, counted by kind in the words of ``problems`` (each image and label map is decoded).
+images found and missing, annotations, classes against the annotation file and the model's heads,
+image sizes (each image's as the pipeline loads it against its annotation's), and every sample or
+annotation that training would skip, validation refuse or the dataset class drop, counted by kind
+in the words of ``problems`` (each image and label map is decoded).
 
 Used by tools/check_dataset.py before a long run, so that a wrong path, a half-extracted archive
 or a class list that does not match the annotations is named instead of found hours later.
@@ -21,6 +22,7 @@ from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
+from .loaded_size import loader_color_type, size_problem
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
 from .robust import check_sample_files, label_values_problem, sample_folders
 
@@ -42,6 +44,7 @@ class SplitReport:
     file_classes: Optional[Tuple[str, ...]] = None  # the annotation file's categories (COCO)
     without_annotations: int = 0
     sizes: List[Tuple[int, int]] = field(default_factory=list)  # (height, width) of each image
+    size_mismatches: List[str] = field(default_factory=list)  # images loaded at another size than annotated
     problems: List[str] = field(default_factory=list)
     bad_kinds: Counter = field(default_factory=Counter)  # samples and annotations, by kind
     bad_examples: Dict[str, str] = field(default_factory=dict)  # the first of each kind
@@ -58,15 +61,22 @@ class SplitReport:
                f'  annotations: {self.annotations} {self.annotation_kind}',
                f'  classes: {len(self.classes)} ({", ".join(self.classes)})']
         if self.file_classes is not None:
-            same = set(self.file_classes) == set(self.classes)
-            out.append(f'  annotation file categories: {len(self.file_classes)}'
-                       + (' (the same)' if same else f' ({", ".join(self.file_classes)})'))
+            left_out = [c for c in self.file_classes if c not in self.classes]
+            if set(self.file_classes) == set(self.classes):
+                detail = ' (the same)'
+            elif set(self.classes) <= set(self.file_classes):
+                detail = f' ({len(left_out)} left out, their annotations unused: {", ".join(left_out)})'
+            else:
+                detail = f' ({", ".join(self.file_classes)})'
+            out.append(f'  annotation file categories: {len(self.file_classes)}{detail}')
         out.append(f'  images without annotations: {self.without_annotations}')
         if self.sizes:
             heights, widths = zip(*self.sizes)
             out.append('  image sizes (h x w): ' + ', '.join(
                 f'{name} {int(pick(heights))}x{int(pick(widths))}'
                 for name, pick in (('min', min), ('median', median), ('max', max))))
+        if self.size_mismatches:
+            out.append(f'  images of another size than annotated: {len(self.size_mismatches)}')
         out += [f'  {kind}: {n}, e.g. {self.bad_examples[kind]}' for kind, n in sorted(self.bad_kinds.items())]
         out += [f'  problem: {p}' for p in self.problems]
         return out
@@ -88,6 +98,9 @@ def _check_label_values(info: dict, load_labels, classes: int) -> None:
     training, fall outside the classes."""
     labels = load_labels(dict(copy.deepcopy(info), seg_fields=[]))['gt_seg_map']
     problem = label_values_problem(np.unique(labels), classes, IGNORE_INDEX)
+    if problem and labels.ndim == 3:  # a colour picture of the classes, not their indices
+        problem = (f'a {labels.shape[2]}-channel label map (colours): a label map holds one class index per '
+                   f'pixel (grayscale or palette PNG); {problem}')
     if problem:
         raise BadSample(LABELS_OUTSIDE, info['seg_map_path'], problem)
 
@@ -95,6 +108,41 @@ def _check_label_values(info: dict, load_labels, classes: int) -> None:
 def _coco_categories(ann_file: str) -> Tuple[str, ...]:
     with open(ann_file) as f:
         return tuple(c['name'] for c in json.load(f).get('categories', []))
+
+
+def head_class_problem(model: dict, classes: int) -> Optional[str]:
+    """What is wrong with the ``num_classes`` of the model's heads (every one that has the key:
+    detection's box and mask heads, segmentation's decode and auxiliary heads) for ``classes``
+    classes, naming the keys to set; None where all match. Training would stop at its first
+    batch with 'Target ... is out of bounds' (or learn fewer classes)."""
+    found: List[Tuple[str, int]] = []
+
+    def visit(node, where: str) -> None:
+        if isinstance(node, dict):
+            if 'num_classes' in node and 'rpn_head' not in where:  # the RPN's one class is 'object'
+                found.append((f'{where}.num_classes', node['num_classes']))
+            for key, value in node.items():
+                visit(value, f'{where}.{key}')
+        elif isinstance(node, (list, tuple)):
+            for i, value in enumerate(node):
+                visit(value, f'{where}.{i}')
+    visit(model, 'model')
+    wrong = [(key, n) for key, n in found if n != classes]
+    if not wrong:
+        return None
+    return (f'the model has {classes} classes to learn but ' + ', '.join(f'{key}={n}' for key, n in wrong)
+            + f': set {"each of these" if len(wrong) > 1 else "it"} to {classes} (num_classes=len(classes) '
+            f'in the head\'s dict of your config)')
+
+
+def palette_problem(metainfo: dict) -> Optional[str]:
+    """A palette with fewer colours than the classes (drawing would stop at it), else None."""
+    palette, classes = metainfo.get('palette'), metainfo.get('classes') or ()
+    if palette and len(palette) < len(classes):
+        return (f'metainfo.palette has {len(palette)} colours for {len(classes)} classes (inherited with the '
+                f'base config?): set one RGB colour per class, or load the config with '
+                f'xcit_dense.builder.load_config, which extends it')
+    return None
 
 
 def check_split(cfg: Config, split: str) -> SplitReport:
@@ -110,7 +158,10 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     try:
         dataset = _build(dataset_cfg, cfg.get('default_scope', 'mmengine'))
     except Exception as exc:  # an annotation file the dataset class cannot read: named, not a traceback
-        report.problems.append(f'{dataset_cfg.get("type")} cannot read its data: {type(exc).__name__}: {exc}')
+        hint = (' (metainfo.palette: one RGB colour per class; a palette inherited with the base config '
+                'has its number of classes)' if 'palette' in str(exc) else '')
+        report.problems.append(f'{dataset_cfg.get("type")} cannot read its data: {type(exc).__name__}: '
+                               f'{str(exc)[:300]}{hint}')
         return report
     report.classes = tuple(dataset.metainfo.get('classes', ()))
     segmentation = 'instances' not in (dataset.data_list[0] if dataset.data_list else {})  # mmseg's
@@ -122,6 +173,7 @@ def check_split(cfg: Config, split: str) -> SplitReport:
         report.add_bad(kind, count, dataset.examples[kind])
     folders, max_pixels = sample_folders(dataset), cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)
     max_bytes = cfg.get(MAX_BYTES_KEY, DEFAULT_MAX_BYTES)
+    color_type = loader_color_type(dataset_cfg.get('pipeline'))
     if segmentation:
         with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmengine')):
             load_labels = TRANSFORMS.build(dict(type='LoadAnnotations'))
@@ -149,6 +201,9 @@ def check_split(cfg: Config, split: str) -> SplitReport:
             report.annotations += count
             has_labels = count > 0
             report.sizes.append((info['height'], info['width']))
+            mismatch = None if bad else size_problem(info['img_path'], (info['height'], info['width']), color_type)
+            if mismatch:
+                report.size_mismatches.append(mismatch)
         report.without_annotations += not has_labels
     if not dataset.data_list:
         report.problems.append('no images at all')
@@ -158,7 +213,14 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     if report.bad_kinds:
         report.problems.append('bad data: ' + summary(report.bad_kinds)
                                + ' (the dataset drops bad annotations; training skips bad samples, validation and test stop at them)')
-    if report.file_classes is not None and set(report.file_classes) != set(report.classes):
+    if report.size_mismatches:
+        report.problems.append(f'{len(report.size_mismatches)} image(s) loaded at another size than their '
+                               f'annotations say (boxes and masks would be misplaced), e.g. '
+                               f'{report.size_mismatches[0]}')
+    problem = palette_problem(dataset.metainfo)
+    if problem:
+        report.problems.append(problem)
+    if report.file_classes is not None and not set(report.classes) <= set(report.file_classes):
         only_cfg = sorted(set(report.classes) - set(report.file_classes))
         only_file = sorted(set(report.file_classes) - set(report.classes))
         report.problems.append(f'the config\'s classes and {dataset.ann_file}\'s categories differ: '
@@ -168,5 +230,11 @@ def check_split(cfg: Config, split: str) -> SplitReport:
 
 
 def check_dataset(cfg: Config, splits: Sequence[str] = tuple(SPLITS)) -> List[SplitReport]:
-    """The reports of the config's training and validation splits."""
-    return [check_split(cfg, split) for split in splits]
+    """The reports of the config's training and validation splits; the model's heads are checked
+    against the first split's classes."""
+    reports = [check_split(cfg, split) for split in splits]
+    first = next((r for r in reports if r.classes), None)
+    problem = first and head_class_problem(cfg.get('model') or {}, len(first.classes))
+    if problem:
+        first.problems.append(problem)
+    return reports

@@ -8,6 +8,7 @@ from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
 from .rng_state import RNGStateHook
+from .show_dir import ShowDirHook
 from .step_bound import StepBoundHook
 from .throughput import ThroughputHook
 
@@ -19,4 +20,4 @@ TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook', step_bound='StepBoundHook')
 
 __all__ = ['BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
-           'PreemptionHook', 'RNGStateHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']
+           'PreemptionHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

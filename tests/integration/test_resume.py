@@ -9,7 +9,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from helpers import ROOT, launch_env, run, tiny_seg_config, train_cmd
+from helpers import ROOT, hooked_config, launch_env, run, train_cmd
 from xcit_dense.datasets.synthetic import write_coco_set
 from xcit_dense.engine import resume
 from xcit_dense.engine.resume import Restart, Resume
@@ -34,26 +34,21 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """
 
 
-def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data):
-    """--resume: the newest checkpoint is found (its meta read, memory-mapped), seeded from, checked
-    against the model and resumed from, on one read of the file (the hooks get the same contents)."""
-    work_dir, reads = tmp_path / 'run', tmp_path / 'reads.json'
-    first = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=2, val_interval=2),
-                            default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
-                                               visualization=dict(draw=False)),
-                            randomness=dict(seed=None))
-    proc = run(train_cmd(first, work_dir))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    again = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
-                            default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
-                                               visualization=dict(draw=False)),
-                            randomness=dict(seed=None))
-    proc = run([sys.executable, '-c', COUNTED_TRAIN, str(again), '--work-dir', str(work_dir), '--resume'],
-               env=launch_env(READS=reads))
+def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data, tiny_seg_run):
+    """--resume on a work dir with iter_2.pth and iter_4.pth: the newest checkpoint is found (each one's
+    meta read, memory-mapped), seeded from, checked against the model and resumed from, on one read of
+    that file (the hooks get the same contents)."""
+    _, work_dir = tiny_seg_run  # trained once for the session to iteration 4
+    reads = tmp_path / 'reads.json'
+    again = hooked_config(tmp_path, seg_data, max_iters=6, interval=2)
+    proc = run([sys.executable, '-c', COUNTED_TRAIN, str(again), '--work-dir', str(work_dir), '--resume',
+                '--cfg-options', 'randomness.seed=None'], env=launch_env(READS=reads))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-2000:]
-    assert 'resumed epoch: 0, iter: 2' in output and 'RNG states restored from the checkpoint' in output
-    assert json.loads(reads.read_text()) == [f"{work_dir / 'iter_2.pth'} (meta)", str(work_dir / 'iter_2.pth')]
+    assert 'resumed epoch: 0, iter: 4' in output and 'RNG states restored from the checkpoint' in output
+    newest, older = str(work_dir / 'iter_4.pth'), str(work_dir / 'iter_2.pth')
+    read = json.loads(reads.read_text())
+    assert sorted(read[:2]) == [f'{older} (meta)', f'{newest} (meta)'] and read[2:] == [newest], read
 
 
 @pytest.fixture

@@ -105,6 +105,7 @@ def test_resume_with_another_world_size_re_resolves_the_plan_and_layer_lrs(tmp_p
     assert one.returncode == 0, one.stderr[-3000:]
     log = one.stdout + one.stderr
     assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
+    # the new base: 6e-5 x effective batch 2 / reference 16 = 7.5e-6
     assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
     assert 'resumed epoch: 0, iter: 2' in log
     assert 'RNG state not restored: the checkpoint holds 2 rank(s), this run has 1' in log

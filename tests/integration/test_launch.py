@@ -11,8 +11,8 @@ import torch
 
 import xcit_dense
 
-from helpers import (ROOT, free_port, hooked_config, launch_env, pause_hook, read_log, run, spawned,
-                     tiny_seg_config, train_cmd, wait_for)
+from helpers import (ROOT, free_port, hooked_config, launch_env, pause_hook, read_log, run, run_tool_in_process,
+                     spawned, tiny_seg_config, train_cmd, wait_for)
 
 
 def test_two_nodes_on_one_machine(tmp_path, seg_data):
@@ -178,9 +178,12 @@ def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data, signum):
 
 
 def test_resume_from_another_model_is_refused(tmp_path, seg_data):
+    """Refused once the Runner has built the model, before any training: run in this process."""
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.blocks.0.attn.qkv.weight': torch.zeros(3, 3)}},
                tmp_path / 'other.pth')
-    proc = run(train_cmd(config, tmp_path / 'run', '--resume', str(tmp_path / 'other.pth')), timeout=300)
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp_path / 'run', '--resume',
+                               tmp_path / 'other.pth', cwd=tmp_path)
     assert proc.returncode != 0
     assert 'cannot resume' in proc.stderr and 'saved from a different model' in proc.stderr
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]

@@ -263,8 +263,8 @@ def own_runner_instances() -> Iterator[None]:
 
 
 def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
-    """A tool of tools/ that stops before it builds a Runner (a refusal, bad input), run in this
-    process: an interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
+    """A tool of tools/ that stops before it trains (a refusal, bad input), run in this process: an
+    interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
     stderr what it wrote there followed by its exit message or traceback."""
     stderr = io.StringIO()
     code = 0

@@ -29,7 +29,8 @@ from xcit_launch.entry_point import prepare_process  # noqa: E402
 
 prepare_process()  # the session is an entry point: OpenCV's pixel limit before cv2 loads, the known filters
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
-from helpers import CAPABILITY_MISSING, ROOT, env, repo_state, run, sgd_config, tiny_seg_config, train_cmd  # noqa: E402
+from helpers import (CAPABILITY_MISSING, ROOT, env, hooked_config, repo_state, run, sgd_config,  # noqa: E402
+                     train_cmd)
 
 torch.set_num_threads(2)
 
@@ -145,14 +146,16 @@ def seg_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope='session')
 def trained_tiny_seg(tmp_path_factory, seg_data) -> Tuple[Path, Path]:
-    """tiny_seg_config (tests/support/helpers.py) trained once by tools/train.py (4 iterations, the
-    checkpoint iter_4.pth), and that config: for the tests that test, infer or refuse on a trained
-    work dir. They take a copy (``tiny_seg_run``), never this one."""
+    """hooked_config (tests/support/helpers.py: the tiny config, each rank's weights dumped, each batch's
+    images in samples.txt) trained once by tools/train.py for 4 iterations with checkpoints iter_2.pth
+    and iter_4.pth, and that config: for the tests that test, infer, resume or refuse on a trained work
+    dir (``rewind`` turns a copy back to iteration 2). They take a copy (``tiny_seg_run``), never this one."""
     tmp = tmp_path_factory.mktemp('trained_tiny_seg')
-    config = tiny_seg_config(tmp, seg_data)
+    config = hooked_config(tmp, seg_data, max_iters=4, interval=2, hooks=[dict(type='RecordSamplesHook')])
     proc = run(train_cmd(config, tmp / 'run'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp / 'run' / 'last_checkpoint').read_text().strip() == str(tmp / 'run' / 'iter_4.pth')
+    assert sorted(p.name for p in (tmp / 'run').glob('iter_*.pth')) == ['iter_2.pth', 'iter_4.pth']
     return config, tmp / 'run'
 
 
@@ -164,6 +167,7 @@ def tiny_seg_run(tmp_path, trained_tiny_seg) -> Tuple[Path, Path]:
     shutil.copytree(source, work_dir)
     pointer = work_dir / 'last_checkpoint'
     pointer.write_text(pointer.read_text().replace(str(source), str(work_dir)))
+    assert pointer.read_text().startswith(str(work_dir))
     return config, work_dir
 
 

@@ -21,6 +21,7 @@ from xcit_dense.models.weights import (backbone_signature, from_released_layout,
                                        load_backbone_weights, read_checkpoint, to_backbone_layout)
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
+from xcit_dense.checkpoint import CheckpointError
 
 
 def convert_released(raw: dict, src: str, dst: str) -> None:
@@ -66,4 +67,7 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except CheckpointError as exc:  # a file that cannot be read or does not fit: the reason, no traceback
+        raise SystemExit(f'error: {exc}')

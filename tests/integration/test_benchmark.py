@@ -156,20 +156,23 @@ def test_growth_between_consecutive_resolutions_beside_the_pixel_ratio():
     assert 'Growth between' not in markdown(rows[:1], {}, 'header')  # one resolution: no section
 
 
-def test_sizes_are_square_sides_or_width_by_height_and_order_by_pixels():
+def test_sizes_are_square_sides_or_width_by_height_and_order_by_pixels(capsys):
     assert parse_size('1024') == 1024 and isinstance(parse_size('1024'), int)
     assert parse_size('1333x800') == Size(height=800, width=1333) and str(parse_size('1333x800')) == '1333x800'
     assert parse_size('512x512') == 512  # a square written out is the square side
     for bad in ('0', '1333x', 'x800', '13x8x2', 'big'):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=rf"^not a size: '{bad}' \(a side such as 1024, or WIDTHxHEIGHT"):
             parse_size(bad)
     args = parse_args(['--sizes', '1600', '1333x800', '1024', '--backbones', 'xcit_t12_p16'])
     assert sorted(args.resolutions) == [1024, Size(800, 1333), 1600]  # 1.07 Mpx between 1.05 and 2.56
     assert parse_args(['--resolutions', '64']).resolutions == [64]
-    with pytest.raises(SystemExit):
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match='^2$'):  # argparse's usage error, its message on stderr
         parse_args(['--sizes', '1333by800'])
-    with pytest.raises(SystemExit):
+    assert "argument --resolutions/--sizes: not a size: '1333by800'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match='^2$'):
         parse_args(['--profile-ops', '--sizes', '96x64'])
+    assert 'error: --linearity and --profile-ops take square sizes only' in capsys.readouterr().err
 
 
 def test_a_non_square_size_reaches_the_measured_model_and_the_table(monkeypatch):

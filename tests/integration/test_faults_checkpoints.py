@@ -2,10 +2,9 @@
 or read-only disk. Nothing that was saved before may be lost."""
 import pickle
 import random
-import shutil
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,31 +12,27 @@ import torch
 from PIL import Image
 
 from checkpoint_attacks import key_of, zip_of
-from helpers import (ROOT, hide_payload, hooked_config, launch_env, require_capability, run, run_tool_in_process,
-                     tiny_seg_config, train_cmd, wait_for)
+from helpers import (ROOT, can_chattr, hide_payload, hooked_config, launch_env, pause_hook, require_capability, run,
+                     run_tool_in_process, spawned, tiny_seg_config, train_cmd, wait_for)
 from xcit_dense.models.weights import read_checkpoint
 
 
-@pytest.fixture(scope='module')
-def trained_once(tmp_path_factory, seg_data):
-    """One training with checkpoints at iterations 2 and 4 (of 6 planned), and that config."""
-    tmp = tmp_path_factory.mktemp('trained')
-    config = hooked_config(tmp, seg_data, max_iters=4, interval=2)
-    proc = run(train_cmd(config, tmp / 'run'))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return hooked_config(tmp, seg_data, max_iters=6, interval=2), tmp / 'run'
-
-
 @pytest.fixture
-def trained(tmp_path, trained_once):
-    """A copy of that work dir for one test to damage (``last_checkpoint`` pointing into the copy)."""
-    config, source = trained_once
-    work_dir = tmp_path / 'run'
-    shutil.copytree(source, work_dir)
-    pointer = work_dir / 'last_checkpoint'
-    pointer.write_text(pointer.read_text().replace(str(source), str(work_dir)))
-    assert pointer.read_text().startswith(str(work_dir))
-    return config, work_dir
+def trained(tmp_path, seg_data, tiny_seg_run):
+    """A copy of the session's trained work dir (checkpoints at iterations 2 and 4) for one test to
+    damage, and its config extended to 6 iterations."""
+    _, work_dir = tiny_seg_run
+    return hooked_config(tmp_path, seg_data, max_iters=6, interval=2), work_dir
+
+
+def refused_in_process(config, work_dir, *args):
+    """tools/train.py --resume ARGS on work_dir, in this process (its refusals come before a Runner is
+    built): the exit status and stderr, which must hold no traceback."""
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', *args,
+                               cwd=work_dir.parent)
+    assert proc.returncode != 0
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    return proc
 
 
 @pytest.mark.parametrize('cut', ['zero', 'random'])
@@ -46,10 +41,8 @@ def test_resume_from_a_truncated_file_names_it(trained, cut):
     path = work_dir / 'iter_4.pth'
     data = path.read_bytes()
     path.write_bytes(b'' if cut == 'zero' else data[:random.Random(0).randrange(1, len(data) - 1)])
-    proc = run(train_cmd(config, work_dir, '--resume', str(path)))
-    assert proc.returncode != 0
+    proc = refused_in_process(config, work_dir, path)
     assert 'cannot resume' in proc.stderr and 'iter_4.pth' in proc.stderr
-    assert 'Traceback' not in proc.stderr
 
 
 def test_auto_resume_falls_back_to_the_newest_checkpoint_that_loads(trained):
@@ -82,29 +75,24 @@ def test_auto_resume_never_starts_from_scratch_when_all_are_broken(trained):
     config, work_dir = trained
     for path in work_dir.glob('iter_*.pth'):
         path.write_bytes(b'')
-    proc = run(train_cmd(config, work_dir, '--resume'))
-    assert proc.returncode != 0
+    proc = refused_in_process(config, work_dir)
     assert 'no checkpoint in' in proc.stderr and 'can be loaded' in proc.stderr
-    assert 'Iter(train)' not in proc.stdout
 
 
 def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
+    """Killed while it saves iter_4.pth (its fsync stalls until then), the run leaves iter_2.pth whole
+    and pointed at, no iter_4.pth, and resumes from it."""
     config = tiny_seg_config(
         tmp_path, seg_data,
         custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
-        custom_hooks=[dict(type='SlowFsyncHook', seconds=5, from_iter=3)],  # the second save only
+        custom_hooks=[dict(type='StallFsyncHook', from_iter=3)],  # the second save only
         train_cfg=dict(max_iters=4, val_interval=4),
         default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
     work_dir = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(config, work_dir), env=launch_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(work_dir / 'iter_2.pth', proc)
-    deadline = time.time() + 120
-    while not list(work_dir.glob('iter_4.pth.tmp-*')):  # the second save is under way
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
+    with spawned(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as proc:
+        wait_for(work_dir / 'fsync_stalled', proc)  # the second save is under way
+        assert list(work_dir.glob('iter_4.pth.tmp-*'))
     assert not (work_dir / 'iter_4.pth').exists()
     assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')
     state = torch.load(work_dir / 'iter_2.pth', weights_only=False)
@@ -113,10 +101,10 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
     assert resumed.returncode == 0 and 'resumed epoch: 0, iter: 2' in resumed.stdout + resumed.stderr
 
 
-def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_once):
+def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_tiny_seg):
     """The payload hides in the meta of a real trained checkpoint (the getattr chain that the old
     allow-list let through); every tool refuses the file before any of it is unpickled."""
-    config, source = trained_once
+    config, source = trained_tiny_seg
     marker = tmp_path / 'pwned'
     evil = hide_payload(source / 'iter_4.pth', marker, tmp_path / 'evil.pth')
     planted = tmp_path / 'planted'
@@ -142,6 +130,7 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_once):
         assert proc.returncode != 0, name
         assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])
         assert 'evil.pth' in proc.stderr or 'iter_9.pth' in proc.stderr, name
+        assert 'Traceback' not in proc.stderr, (name, proc.stderr[-1500:])
         assert not marker.exists(), name
 
 
@@ -169,19 +158,23 @@ def test_disk_full_at_save_time(tmp_path, seg_data, small_disk):
 
 
 def test_unwritable_work_dir_at_save_time(tmp_path, seg_data):
-    """The work dir becomes immutable mid-run (chattr +i: root ignores permission bits)."""
-    config = hooked_config(tmp_path, seg_data, max_iters=12, slow=0.3, interval=2)
+    """The work dir becomes immutable mid-run (chattr +i: root ignores permission bits), while the run
+    waits after its first checkpoint; its second save fails with the reason, the first one kept."""
+    require_capability('chattr', can_chattr(), 'chattr +i needs CAP_LINUX_IMMUTABLE, chattr and a file system '
+                                               'with file attributes')
+    pause = pause_hook(tmp_path, after_iter=2)
+    config = hooked_config(tmp_path, seg_data, max_iters=4, interval=2, hooks=[pause])
     work_dir = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    wait_for(work_dir / 'iter_2.pth', proc)
-    if subprocess.run(['chattr', '+i', str(work_dir)], capture_output=True).returncode != 0:
-        proc.kill()
-        require_capability('chattr', False, 'chattr +i is not available on this file system')
-    try:
-        _, err = proc.communicate(timeout=600)
-    finally:
-        subprocess.run(['chattr', '-i', str(work_dir)], capture_output=True)
+    with spawned(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, text=True) as proc:
+        wait_for(Path(pause['ready']), proc)
+        try:
+            chattr = subprocess.run(['chattr', '+i', str(work_dir)], capture_output=True, text=True)
+            assert chattr.returncode == 0, chattr.stderr
+            Path(pause['go']).touch()
+            _, err = proc.communicate(timeout=600)
+        finally:
+            subprocess.run(['chattr', '-i', str(work_dir)], capture_output=True)
     assert proc.returncode != 0
     assert 'cannot write' in err and 'Operation not permitted' in err
     assert torch.load(work_dir / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2

@@ -2,10 +2,12 @@
 import re
 import subprocess
 import time
+from pathlib import Path
 
+import pytest
 import torch
 
-from helpers import ROOT, free_port, launch_env, read_log, tiny_seg_config, train_cmd
+from helpers import ROOT, free_port, launch_env, read_log, rewind, tiny_seg_config, train_cmd
 from xcit_dense.checkpoint import read_checkpoint_file
 
 HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)
@@ -72,8 +74,16 @@ def test_killing_one_rank_stops_the_survivor_naming_the_lost_peer(tmp_path, seg_
     assert checkpoint['meta']['iter'] == 4 and checkpoint['state_dict']
 
 
-def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data):
-    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
+def group_lrs(checkpoint: Path) -> list:
+    groups = torch.load(checkpoint, map_location='cpu', weights_only=False)['optimizer']['param_groups']
+    return [(g['layer_id'], g['lr']) for g in groups]
+
+
+def test_resume_with_another_world_size_re_resolves_the_plan_and_layer_lrs(tmp_path, seg_data):
+    """Trained by 2 processes with --scale-lr under layer-wise LR decay, resumed by one: the plan and the
+    LR are re-resolved, and every parameter group's LR stays base x 0.7 ** (5 - layer) of the new base."""
+    decay = dict(constructor='XCiTLayerDecayOptimizerConstructor', paramwise_cfg=dict(layer_decay_rate=0.7))
+    config = tiny_seg_config(tmp_path, seg_data, optim_wrapper=decay, train_cfg=dict(max_iters=4, val_interval=4),
                              default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
                                                 visualization=dict(draw=False)))
     work_dir = tmp_path / 'run'
@@ -81,29 +91,37 @@ def test_resume_with_another_world_size_re_resolves_the_plan(tmp_path, seg_data)
                           str(work_dir), '--scale-lr', '--cfg-options', 'train_cfg.max_iters=2'],
                          env=launch_env(PORT=free_port()), capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
+    log = two.stdout + two.stderr
+    # base lr 6e-5 (the recipe's) x effective batch 4 / reference 16 = 1.5e-5; layer 0 of 5: x 0.7 ** 5
+    assert 'layer decay: layer 0/5, lr scale 0.1681 (lr 2.521e-06)' in log
+    assert 'layer decay: layer 5/5, lr scale 1 (lr 1.5e-05)' in log
+    first = group_lrs(work_dir / 'iter_2.pth')
+    assert {layer for layer, _ in first} == {0, 1, 2, 3, 4, 5}
+    for layer, lr in first:
+        assert lr == pytest.approx(1.5e-5 * 0.7 ** (5 - layer))
     one = subprocess.run(train_cmd(config, work_dir, '--resume', '--scale-lr'), env=launch_env(),
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     log = one.stdout + one.stderr
     assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
+    # the new base: 6e-5 x effective batch 2 / reference 16 = 7.5e-6
     assert 'Resuming under a new batch plan: world size 2 -> 1, accumulation 1 -> 1, lr 1.5e-05 -> 7.5e-06' in log
     assert 'resumed epoch: 0, iter: 2' in log
     assert 'RNG state not restored: the checkpoint holds 2 rank(s), this run has 1' in log
-    assert 'lr: 7.5000e-06' in log and 'Iter(train) [4/4]' in log
+    assert 'Iter(train) [4/4]' in log
+    # effective batch 2: every group's LR halves, the layer ratios kept
+    resumed = group_lrs(work_dir / 'iter_4.pth')
+    assert [layer for layer, _ in resumed] == [layer for layer, _ in first]
+    for layer, lr in resumed:
+        assert lr == pytest.approx(7.5e-6 * 0.7 ** (5 - layer))
 
 
-def test_resume_with_more_accumulation_keeps_the_optimizer_steps(tmp_path, seg_data):
-    """Resumed at accumulation 2 after 2 iterations at accumulation 1 (4 of the 8 images), the run
-    keeps its optimizer steps and continues at the fifth image: the samples trained, not the
-    (recounted) iterations, say where."""
-    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
-                             custom_imports=HOOKS, custom_hooks=[dict(type='RecordSamplesHook')],
-                             default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
-                                                visualization=dict(draw=False)))
-    work_dir = tmp_path / 'run'
-    first = subprocess.run(train_cmd(config, work_dir, '--cfg-options', 'train_cfg.max_iters=2'),
-                           env=launch_env(), capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_resume_with_more_accumulation_keeps_the_optimizer_steps(seg_data, tiny_seg_run):
+    """Resumed at accumulation 2 after 2 iterations at accumulation 1 (4 of the 8 images; the session's
+    trained run turned back to iteration 2), the run keeps its optimizer steps and continues at the fifth
+    image: the samples trained, not the (recounted) iterations, say where."""
+    config, work_dir = tiny_seg_run  # 4 iterations planned, each batch's images in samples.txt
+    rewind(work_dir, 2)
     again = subprocess.run(train_cmd(config, work_dir, '--resume', '--accumulation', '2'), env=launch_env(),
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -4,15 +4,15 @@ import re
 import signal
 import socket
 import subprocess
-import time
+from pathlib import Path
 
 import pytest
 import torch
 
 import xcit_dense
 
-from helpers import (ROOT, free_port, hooked_config, launch_env, read_log, run, spawned, tiny_seg_config,
-                     train_cmd, wait_for)
+from helpers import (ROOT, free_port, hooked_config, launch_env, pause_hook, read_log, run, run_tool_in_process,
+                     spawned, tiny_seg_config, train_cmd, wait_for)
 
 
 def test_two_nodes_on_one_machine(tmp_path, seg_data):
@@ -159,28 +159,31 @@ def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])
 def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data, signum):
-    config = hooked_config(tmp_path, seg_data, max_iters=30, slow=0.3, interval=30)
+    """Signalled while it waits after iteration 3 (PauseAfterIterHook: no timing decides when), the run
+    saves iter_3.pth at that boundary, before it loads another batch, and stops with 128 + the signal's
+    number."""
+    pause = pause_hook(tmp_path, after_iter=3)
+    config = hooked_config(tmp_path, seg_data, max_iters=6, interval=6, hooks=[pause])
     work_dir = tmp_path / 'run'
     with spawned(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True) as proc:
-        wait_for(work_dir / 'tiny_sem_fpn.py', proc)  # the run dir exists: training is starting
-        deadline = time.time() + 300
-        while not re.search(r'Iter\(train\) \[\s*3/30\]', read_log(work_dir)):
-            assert proc.poll() is None and time.time() < deadline
-            time.sleep(0.1)
+        wait_for(Path(pause['ready']), proc)
         proc.send_signal(signum)
-        out = proc.communicate(timeout=300)[0]
+        Path(pause['go']).touch()  # after the signal: the run meets it before its next iteration
+        out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 128 + signum, out[-2000:]
-    saved = sorted(work_dir.glob('iter_*.pth'))
-    assert len(saved) == 1 and 3 <= int(saved[0].stem.split('_')[1]) < 30
-    assert (work_dir / 'last_checkpoint').read_text().strip() == str(saved[0])
+    assert sorted(p.name for p in work_dir.glob('iter_*.pth')) == ['iter_3.pth']
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_3.pth')
     assert f'{signal.Signals(signum).name} received: saving a checkpoint' in out
 
 
 def test_resume_from_another_model_is_refused(tmp_path, seg_data):
+    """Refused once the Runner has built the model, before any training: run in this process."""
     config = tiny_seg_config(tmp_path, seg_data)
     torch.save({'state_dict': {'backbone.blocks.0.attn.qkv.weight': torch.zeros(3, 3)}},
                tmp_path / 'other.pth')
-    proc = run(train_cmd(config, tmp_path / 'run', '--resume', str(tmp_path / 'other.pth')), timeout=300)
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp_path / 'run', '--resume',
+                               tmp_path / 'other.pth', cwd=tmp_path)
     assert proc.returncode != 0
     assert 'cannot resume' in proc.stderr and 'saved from a different model' in proc.stderr
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]

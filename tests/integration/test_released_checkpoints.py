@@ -50,9 +50,8 @@ def test_released_layout_loads_every_key_strictly(tmp_path, demo_data, task, pat
     state = read_checkpoint(str(path))['state_dict']
     model.load_state_dict(state, strict=True)
     raw = released_state(task, patch_size)
-    for key in ('backbone.fpn1.0.weight', 'backbone.blocks.3.attn.qkv.weight'):
-        if key in raw:
-            assert torch.equal(model.state_dict()[key], raw[key])
+    for key in ('backbone.fpn1.0.weight', 'backbone.blocks.3.attn.qkv.weight'):  # in every task's file
+        assert torch.equal(model.state_dict()[key], raw[key]), key
     assert torch.equal(model.backbone.pos_embed.token_projection.weight,
                        raw['backbone.pos_embeder.token_projection.weight'])
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from helpers import ROOT, launch_env, run, tiny_seg_config, train_cmd
+from helpers import SGD, ROOT, free_port, hooked_config, launch_env, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets.synthetic import write_coco_set
 from xcit_dense.engine import resume
 from xcit_dense.engine.resume import Restart, Resume
@@ -34,26 +34,21 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """
 
 
-def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data):
-    """--resume: the newest checkpoint is found (its meta read, memory-mapped), seeded from, checked
-    against the model and resumed from, on one read of the file (the hooks get the same contents)."""
-    work_dir, reads = tmp_path / 'run', tmp_path / 'reads.json'
-    first = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=2, val_interval=2),
-                            default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
-                                               visualization=dict(draw=False)),
-                            randomness=dict(seed=None))
-    proc = run(train_cmd(first, work_dir))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    again = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=4, val_interval=4),
-                            default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1),
-                                               visualization=dict(draw=False)),
-                            randomness=dict(seed=None))
-    proc = run([sys.executable, '-c', COUNTED_TRAIN, str(again), '--work-dir', str(work_dir), '--resume'],
-               env=launch_env(READS=reads))
+def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data, tiny_seg_run):
+    """--resume on a work dir with iter_2.pth and iter_4.pth: the newest checkpoint is found (each one's
+    meta read, memory-mapped), seeded from, checked against the model and resumed from, on one read of
+    that file (the hooks get the same contents)."""
+    _, work_dir = tiny_seg_run  # trained once for the session to iteration 4
+    reads = tmp_path / 'reads.json'
+    again = hooked_config(tmp_path, seg_data, max_iters=6, interval=2)
+    proc = run([sys.executable, '-c', COUNTED_TRAIN, str(again), '--work-dir', str(work_dir), '--resume',
+                '--cfg-options', 'randomness.seed=None'], env=launch_env(READS=reads))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-2000:]
-    assert 'resumed epoch: 0, iter: 2' in output and 'RNG states restored from the checkpoint' in output
-    assert json.loads(reads.read_text()) == [f"{work_dir / 'iter_2.pth'} (meta)", str(work_dir / 'iter_2.pth')]
+    assert 'resumed epoch: 0, iter: 4' in output and 'RNG states restored from the checkpoint' in output
+    newest, older = str(work_dir / 'iter_4.pth'), str(work_dir / 'iter_2.pth')
+    read = json.loads(reads.read_text())
+    assert sorted(read[:2]) == [f'{older} (meta)', f'{newest} (meta)'] and read[2:] == [newest], read
 
 
 @pytest.fixture
@@ -152,3 +147,43 @@ def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     # contents), found from the relative work dir: not iter_3.pth, the larger number in a name
     monkeypatch.chdir(user)
     assert resume.find_resumable_checkpoint('work_dirs/tiny_mask_rcnn') == str(work_dir / 'epoch_2.pth')
+
+def restart_config(folder, seg_data, hooks):
+    """The tiny config under plain SGD (a wrong resume shows in the weights), 4 iterations, checkpoints
+    after 2 and 4, each rank's weights dumped at the end."""
+    folder.mkdir()
+    return tiny_seg_config(
+        folder, seg_data, optim_wrapper=SGD,
+        custom_imports=dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False),
+        custom_hooks=[dict(type='DumpRankWeightsHook'), *hooks],
+        train_cfg=dict(max_iters=4, val_interval=100),
+        default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_a_failed_group_which_resumes_by_itself(tmp_path, seg_data):
+    """tools/dist_train.sh with MAX_RESTARTS=1 (torchrun --max-restarts 1), 2 processes on this machine, no
+    root: rank 1 SIGKILLs itself after iteration 3 on the first attempt (its checkpoint after 2); torchrun
+    starts the group again, which resumes from iter_2.pth without being asked and ends with the weights of
+    an uninterrupted 2-process run (1e-6)."""
+    def launch(config, work_dir, **extra):
+        proc = run(['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '2', '--work-dir', str(work_dir)],
+                   env=launch_env(PORT=free_port(), OMP_NUM_THREADS=1, **extra), timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout + proc.stderr + read_log(work_dir)
+
+    whole = tmp_path / 'whole'
+    launch(restart_config(tmp_path / 'a', seg_data, []), whole)
+    cut = tmp_path / 'cut'
+    kill = dict(type='KillOnFirstAttemptHook', rank=1, after_iter=3)
+    log = launch(restart_config(tmp_path / 'b', seg_data, [kill]), cut, MAX_RESTARTS=1)
+    assert (cut / 'killed_rank1').exists(), log[-3000:]
+    assert re.search(r'elastic restart 1 of the group \(torchrun --max-restarts\): resuming from \S*iter_2\.pth',
+                     log), log[-4000:]
+    assert 'resumed epoch: 0, iter: 2' in log and re.search(r'Iter\(train\) \[4/4\]', log)
+    reference = torch.load(whole / 'rank0.pth', weights_only=True)
+    for rank in (0, 1):
+        weights = torch.load(cut / f'rank{rank}.pth', weights_only=True)
+        assert weights.keys() == reference.keys()
+        for key, value in reference.items():
+            torch.testing.assert_close(weights[key], value, rtol=0, atol=1e-6, msg=key)

@@ -17,31 +17,30 @@ def final_weights(work_dir):
     return torch.load(last, map_location='cpu', weights_only=False)['state_dict']
 
 
-def test_accumulation_matches_a_bigger_batch(tmp_path, seg_data):
-    """4 optimizer steps of batch 4 == 4 optimizer steps of batch 2 with accumulation 2."""
+def test_accumulation_matches_a_bigger_batch_and_lr_scaling_and_amp_fall_back(tmp_path, seg_data):
+    """4 optimizer steps of batch 4 == 4 optimizer steps of batch 2 with accumulation 2, both with
+    --scale-lr (the same effective batch: the same LR) and --amp bf16, which falls back to fp32 on a CPU."""
     # plain SGD: unlike Adam, its steps are proportional to the gradient, so a wrongly
     # scaled accumulated gradient shows
     sgd = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05, momentum=0.9, weight_decay=0.0))
     config = tiny_seg_config(tmp_path, seg_data, optim_wrapper=sgd)
-    log_big = train(config, tmp_path / 'big', '--cfg-options', 'train_dataloader.batch_size=4')
-    log_acc = train(config, tmp_path / 'acc', '--accumulation', '2')
+    scaled = ('--scale-lr', '--amp', 'bf16')
+    log_big = train(config, tmp_path / 'big', *scaled, '--cfg-options', 'train_dataloader.batch_size=4')
+    log_acc = train(config, tmp_path / 'acc', *scaled, '--accumulation', '2')
     assert 'world size 1, 4 images per GPU, accumulation 1, effective batch 4' in log_big
     assert 'world size 1, 2 images per GPU, accumulation 2, effective batch 4' in log_acc
+    for log in (log_big, log_acc):  # 0.05 x effective batch 4 / the recipe's reference batch 16
+        assert 'effective batch 4 (reference 16), lr 0.0125 (scale x0.25)' in log
+        assert 'no GPU: training in fp32' in log
     # the iteration loop counts micro-iterations: 8 of them make the recipe's 4 steps
     assert 'Iter(train) [8/8]' in log_acc and 'Iter(train) [4/4]' in log_big
     big, acc = final_weights(tmp_path / 'big'), final_weights(tmp_path / 'acc')
     for key, value in big.items():
         torch.testing.assert_close(acc[key], value, rtol=1e-4, atol=1e-6, msg=key)
-    # the check can fail: 4 steps of batch 2 without accumulation end elsewhere
-    train(config, tmp_path / 'small')
+    # the check can fail: 4 steps of batch 2 without accumulation (at the LR scaled for batch 4) end elsewhere
+    train(config, tmp_path / 'small', '--cfg-options', 'optim_wrapper.optimizer.lr=0.0125')
     small = final_weights(tmp_path / 'small')
     assert max((small[k] - big[k]).abs().max().item() for k in big) > 1e-3
-
-def test_scale_lr_and_amp_fallback_on_cpu(tmp_path, seg_data):
-    config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=1, val_interval=1))
-    log = train(config, tmp_path / 'run', '--scale-lr', '--amp', 'bf16')
-    assert 'effective batch 2 (reference 16), lr 7.5e-06 (scale x0.125)' in log
-    assert 'no GPU: training in fp32' in log
 
 
 def test_train_then_test_with_outputs(tmp_path, tiny_seg_run):

@@ -97,9 +97,10 @@ def tiny_seg_config(tmp_path: Path, data_root: Path, **overrides) -> Path:
 
 
 def hooked_config(tmp_path: Path, seg_data: Path, max_iters: int = 4, slow: float = 0.0,
-                  interval: Optional[int] = None) -> Path:
-    """The tiny config with the launcher tests' hooks: rank weight dumps and, if slow, slow iterations."""
-    hooks = [dict(type='DumpRankWeightsHook')]
+                  interval: Optional[int] = None, hooks: Sequence[dict] = ()) -> Path:
+    """The tiny config with the launcher tests' hooks: rank weight dumps, the given ones and, if slow,
+    slow iterations."""
+    hooks = [dict(type='DumpRankWeightsHook'), *hooks]
     if slow:
         hooks.append(dict(type='SlowIterHook', seconds=slow))
     return tiny_seg_config(
@@ -109,6 +110,29 @@ def hooked_config(tmp_path: Path, seg_data: Path, max_iters: int = 4, slow: floa
         train_cfg=dict(max_iters=max_iters, val_interval=max_iters),
         default_hooks=dict(checkpoint=dict(interval=interval or max_iters), logger=dict(interval=1),
                            visualization=dict(draw=False)))
+
+
+def rewind(work_dir: Path, iteration: int) -> Path:
+    """Turn a copy of a trained work dir back to what it held after ``iteration``: later checkpoints and
+    the final weight dumps removed, ``last_checkpoint`` pointing at iter_{iteration}.pth, samples.txt cut
+    to its batches. Returns that checkpoint."""
+    checkpoint = work_dir / f'iter_{iteration}.pth'
+    assert checkpoint.is_file(), checkpoint
+    for path in [*work_dir.glob('iter_*.pth'), *work_dir.glob('rank*.pth')]:
+        if not path.stem.startswith('iter_') or int(path.stem.split('_')[1]) > iteration:
+            path.unlink()
+    (work_dir / 'last_checkpoint').write_text(str(checkpoint))
+    samples = work_dir / 'samples.txt'
+    if samples.exists():
+        samples.write_text(''.join(samples.read_text().splitlines(keepends=True)[:iteration]))
+    return checkpoint
+
+
+def pause_hook(tmp_path: Path, after_iter: int) -> dict:
+    """A PauseAfterIterHook (tests/support/launch_hooks.py) with its files in tmp_path: the run creates
+    ``ready`` after ``after_iter`` and goes on once the test creates ``go``."""
+    return dict(type='PauseAfterIterHook', after_iter=after_iter, ready=str(tmp_path / f'paused_at_{after_iter}'),
+                go=str(tmp_path / f'go_on_{after_iter}'))
 
 
 class PickleExploit:
@@ -239,8 +263,8 @@ def own_runner_instances() -> Iterator[None]:
 
 
 def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
-    """A tool of tools/ that stops before it builds a Runner (a refusal, bad input), run in this
-    process: an interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
+    """A tool of tools/ that stops before it trains (a refusal, bad input), run in this process: an
+    interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
     stderr what it wrote there followed by its exit message or traceback."""
     stderr = io.StringIO()
     code = 0
@@ -279,7 +303,10 @@ def free_port() -> int:
 
 # --- capabilities ---------------------------------------------------------------------------------
 
-def _has_cap(bit: int) -> bool:
+CAP_CHOWN, CAP_LINUX_IMMUTABLE, CAP_SYS_ADMIN = 0, 9, 21  # bits of /proc/self/status's CapEff
+
+
+def has_capability(bit: int) -> bool:
     """Whether this process holds the Linux capability `bit` (CapEff in /proc/self/status)."""
     try:
         status = Path('/proc/self/status').read_text()
@@ -289,9 +316,9 @@ def _has_cap(bit: int) -> bool:
     return bool(int(effective, 16) >> bit & 1)
 
 
-def _can_chattr() -> bool:
+def can_chattr() -> bool:
     """CAP_LINUX_IMMUTABLE, chattr, and a temp file system that supports file attributes."""
-    if not (_has_cap(9) and shutil.which('chattr') and shutil.which('lsattr')):
+    if not (has_capability(CAP_LINUX_IMMUTABLE) and shutil.which('chattr') and shutil.which('lsattr')):
         return False
     return subprocess.run(['lsattr', '-d', tempfile.gettempdir()], capture_output=True).returncode == 0
 
@@ -300,9 +327,15 @@ def _can_chattr() -> bool:
 MACHINE_HAS: Dict[str, Callable[[], bool]] = {
     # tools/run_tests.sh installs slurm-wlm and munge as root where apt-get exists
     'slurm': lambda: os.geteuid() == 0 and shutil.which('apt-get') is not None,
-    'tmpfs': lambda: _has_cap(21),  # CAP_SYS_ADMIN: mount
-    'chattr': _can_chattr,
+    'tmpfs': lambda: has_capability(CAP_SYS_ADMIN),  # mount
+    'chattr': can_chattr,
     'netns': lambda: os.geteuid() == 0,  # network namespaces for test hosts (tests/support/netns.py)
+    'chown': lambda: os.geteuid() == 0,  # a folder given to another user (CAP_CHOWN)
+    # a network interface besides loopback, and openssl (the test https server's certificate): every
+    # CI machine has them (a container started with --network none has no interface to route to)
+    'ipv4': lambda: True,
+    'openssl': lambda: True,
+    'cc': lambda: True,  # a C compiler for inductor (compile=True): part of the documented install
 }
 
 

@@ -31,21 +31,44 @@ class SlowIterHook(Hook):
 
 
 @HOOKS.register_module()
-class SlowFsyncHook(Hook):
-    """Make every fsync (the last step of writing a checkpoint before its rename) take a while once
-    ``from_iter`` iterations are done, so that a test can kill the run while it saves."""
+class StallFsyncHook(Hook):
+    """Once ``from_iter`` iterations are done, every fsync (the last step of writing a checkpoint before
+    its rename) writes ``fsync_stalled`` in the work dir and never returns: a test waits for that file
+    and kills the run while it saves, with no timing to guess."""
 
-    def __init__(self, seconds: float = 3.0, from_iter: int = 0) -> None:
-        self.seconds, self.from_iter = seconds, from_iter
+    def __init__(self, from_iter: int = 0) -> None:
+        self.from_iter = from_iter
 
     def before_train(self, runner) -> None:
         fsync = os.fsync
 
-        def slow_fsync(fd):
+        def stalled_fsync(fd):
             if runner.iter >= self.from_iter:
-                time.sleep(self.seconds)
+                open(os.path.join(runner.work_dir, 'fsync_stalled'), 'w').close()
+                while True:
+                    signal.pause()
             fsync(fd)
-        os.fsync = slow_fsync
+        os.fsync = stalled_fsync
+
+
+@HOOKS.register_module()
+class PauseAfterIterHook(Hook):
+    """After iteration ``after_iter`` and its other hooks (its checkpoint written), create the file
+    ``ready`` and wait until the file ``go`` exists: the test acts on the paused run (a signal, a
+    read-only work dir) with no sleep to order the two. Paths outside the work dir, which may be
+    read-only by then."""
+
+    priority = 'LOWEST'
+
+    def __init__(self, after_iter: int, ready: str, go: str) -> None:
+        self.after_iter, self.ready, self.go = after_iter, ready, go
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter + 1 != self.after_iter:
+            return
+        open(self.ready, 'w').close()
+        while not os.path.exists(self.go):
+            time.sleep(0.05)  # polling for the test's file: the order comes from the file, not the interval
 
 
 @HOOKS.register_module()

@@ -13,7 +13,7 @@ def test_workers_per_gpu():
     assert workers_per_gpu(2, 0.1, 6.0) == 4           # 20 images/s: 3.33 workers -> 4
     assert workers_per_gpu(2, 0.2, 5.0) == 2           # exactly 2 workers' worth: not 3
     assert workers_per_gpu(2, 0.3, 20.0, margin=4) == 2
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match='images per step, step time, worker rate and margin must be positive'):
         workers_per_gpu(2, 0.0, 20.0)
 
 

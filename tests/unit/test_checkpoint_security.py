@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict

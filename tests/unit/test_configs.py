@@ -247,7 +247,7 @@ def test_detection_train_pipeline_runs():
     h, w = 400, 600
     masks = np.zeros((2, h, w), dtype=np.uint8)
     masks[0, 50:300, 40:400] = masks[1, 100:380, 300:590] = 1
-    aspects = set()
+    aspects, with_masks = set(), 0
     for seed in range(10):
         np.random.seed(seed)
         results = dict(img=np.random.randint(0, 256, (h, w, 3), dtype=np.uint8),
@@ -264,6 +264,8 @@ def test_detection_train_pipeline_runs():
         instances = results['data_samples'].gt_instances
         if len(instances):  # a crop may miss both objects (allow_negative_crop)
             assert instances.masks.masks.shape[1:] == image_size
+            with_masks += 1
+    assert with_masks > 0, 'no crop kept an object: the masks were never checked'
     assert 1.5 in aspects and len(aspects) > 1, aspects
 
 

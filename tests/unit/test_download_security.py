@@ -13,7 +13,7 @@ from typing import Dict, Iterator
 import pytest
 import torch
 
-from helpers import CAPABILITY_MISSING
+from helpers import CAP_CHOWN, has_capability, require_capability
 from xcit_dense import download
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.models.weights import read_checkpoint
@@ -27,8 +27,8 @@ def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
     """An https server on 127.0.0.1: /model.pth (a checkpoint), /to-http and /to-https (redirects to
     the plain http ``file_server``'s copy and to /model.pth), /endless (3 MiB without a length) and
     /declared (a length of 3 MiB declared)."""
-    if not shutil.which('openssl'):
-        pytest.skip(CAPABILITY_MISSING + 'openssl, which makes the test server\'s certificate')
+    require_capability('openssl', shutil.which('openssl') is not None,
+                       "no openssl, which makes the test server's certificate")
     cert, key = tmp_path / 'cert.pem', tmp_path / 'key.pem'
     subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
                     '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', str(key), '-out', str(cert)],
@@ -127,16 +127,25 @@ def test_a_planted_cache_folder_or_link_is_refused(https_server, tmp_path):
     assert list(victim.iterdir()) == []  # before: .lock and model.pth landed here
     folder.unlink()
     folder.mkdir()
-    os.chown(folder, 65534, 65534)  # nobody's
-    with pytest.raises(CheckpointError, match='belongs to another user'):
-        read_checkpoint(url)
-    assert list(folder.iterdir()) == []
-    os.chown(folder, os.geteuid(), os.getegid())
     (folder / '.lock').symlink_to(victim / 'authorized_keys')
     with pytest.raises(CheckpointError, match=r'\.lock .*refused'):
         read_checkpoint(url)
     assert list(victim.iterdir()) == []
     (folder / '.lock').unlink()
+    assert torch.equal(read_checkpoint(url)['state_dict']['w'], torch.arange(3.0))  # the user's own folder
+
+
+def test_a_cache_folder_of_another_user_is_refused(https_server):
+    """The URL's cache folder planted by another user (owned by nobody): refused, nothing written."""
+    require_capability('chown', has_capability(CAP_CHOWN), 'giving a folder to another user needs CAP_CHOWN')
+    url = f"{https_server['url']}/model.pth"
+    folder = Path(cache_path(url)).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chown(folder, 65534, 65534)  # nobody's
+    with pytest.raises(CheckpointError, match='belongs to another user'):
+        read_checkpoint(url)
+    assert list(folder.iterdir()) == []
+    os.chown(folder, os.geteuid(), os.getegid())
     assert torch.equal(read_checkpoint(url)['state_dict']['w'], torch.arange(3.0))  # the user's own folder
 
 

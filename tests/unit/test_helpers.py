@@ -22,7 +22,7 @@ def alive(pid: int) -> bool:
 def test_run_kills_the_whole_process_group_on_timeout(tmp_path):
     """A grandchild (as torchrun's workers are) does not outlive a command that timed out."""
     pid_file = tmp_path / 'pid'
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired, match='timed out after 2 seconds'):
         run(['bash', '-c', f'sleep 300 & echo $! > {pid_file}; wait'], timeout=2)
     pid = int(pid_file.read_text())
     deadline = time.time() + 10
@@ -49,7 +49,7 @@ def test_missing_capability_fails_under_ci_where_the_machine_has_it(monkeypatch)
     with pytest.raises(pytest.fail.Exception, match='CI=true on a machine that should have tmpfs'):
         require_capability('tmpfs', False, 'no mount here')
     monkeypatch.setitem(helpers.MACHINE_HAS, 'tmpfs', lambda: False)
-    with pytest.raises(pytest.skip.Exception):
+    with pytest.raises(pytest.skip.Exception, match=f'^{CAPABILITY_MISSING} tmpfs: no mount here$'):
         require_capability('tmpfs', False, 'no mount here')
 
 

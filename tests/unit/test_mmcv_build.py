@@ -43,7 +43,7 @@ def test_arch_list_is_normalised_so_equal_requests_share_a_key():
     assert build_mmcv.parse_arch_list('9.0;8.0') == ('8.0', '9.0')
     assert build_mmcv.parse_arch_list(' 9.0+PTX, 8.0 8.0;12.0 ') == ('8.0', '9.0+PTX', '12.0')
     for bad in ('sm_80', '8', 'Ampere', '9.0a', ''):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r'TORCH_CUDA_ARCH_LIST (entry .* is not of the form|is empty)'):
             build_mmcv.parse_arch_list(bad)
 
 
@@ -200,43 +200,85 @@ WHEEL_NAME = f'mmcv-2.1.0-{TAG}.whl'
 PAYLOAD = os.urandom(48 << 20)
 
 
-def _publisher(folder: str, builds_log: str, start_at: float) -> None:
-    """One install: wait for the common start, then obtain the wheel with a slow fake build."""
+def _first_install(folder: str, builds_log: str, building, second_waits, scans) -> None:
+    """The install that builds: its fake build goes on only once the second install has found the lock
+    held and the watcher has looked at the cache twice meanwhile (events and a counter, no sleep)."""
     def fake_build(staging: Path) -> Path:
         with open(builds_log, 'a') as f:
             f.write(f'{os.getpid()}\n')
-        time.sleep(1.0)
+        seen = scans.value
+        building.set()
+        assert second_waits.wait(60), 'the second install never met the lock'
+        while scans.value < seen + 2:
+            time.sleep(0.001)  # polling the watcher's counter: the order comes from the counter
         (staging / WHEEL_NAME).write_bytes(PAYLOAD)
         return staging / WHEEL_NAME
 
-    while time.time() < start_at:
-        time.sleep(0.001)
     build_mmcv.obtain_wheel(Path(folder), '2.1.0', TAG, fake_build)
 
 
-def _watcher(folder: str, seen: str, stop_at: float) -> None:
-    """A third process looking at the cache meanwhile: it must never find an incomplete wheel."""
+def _second_install(folder: str, builds_log: str, building, second_waits) -> None:
+    """The install started while the first one builds: it must wait for the lock, then reuse the wheel."""
+    def fake_build(staging: Path) -> Path:
+        with open(builds_log, 'a') as f:
+            f.write(f'{os.getpid()}\n')
+        (staging / WHEEL_NAME).write_bytes(PAYLOAD)
+        return staging / WHEEL_NAME
+
+    log = build_mmcv.log
+
+    def noted(message: str) -> None:
+        if 'another install is building' in message:
+            second_waits.set()
+        log(message)
+    build_mmcv.log = noted  # this forked process's module only
+    assert building.wait(60), 'the first install never started building'
+    build_mmcv.obtain_wheel(Path(folder), '2.1.0', TAG, fake_build)
+
+
+def _watcher(folder: str, seen: str, stop, scans) -> None:
+    """A third process looking at the cache meanwhile: it must never find an incomplete wheel. Its last
+    look comes after both installs have ended."""
     sizes = set()
-    while time.time() < stop_at:
+    while True:
+        done = stop.is_set()
         wheel = build_mmcv.find_wheel(Path(folder), '2.1.0', TAG)
         if wheel:
             sizes.add(wheel.stat().st_size)
+        with scans.get_lock():
+            scans.value += 1
+        if done:
+            break
     Path(seen).write_text(' '.join(map(str, sorted(sizes))))
 
 
 def test_two_concurrent_installs_publish_one_complete_wheel(tmp_path):
+    """The second install meets the first one's lock while it builds (an event says so, rather than a
+    head start in seconds), waits, and reuses its wheel; a watcher never sees a partial one."""
     folder = tmp_path / 'wheels' / 'key'
     builds = tmp_path / 'builds.log'
     ctx = multiprocessing.get_context('fork')
-    start_at = time.time() + 0.5
-    procs = [ctx.Process(target=_publisher, args=(str(folder), str(builds), start_at)) for _ in range(2)]
+    building, second_waits, stop = ctx.Event(), ctx.Event(), ctx.Event()
+    scans = ctx.Value('l', 0)
     folder.mkdir(parents=True)
-    watcher = ctx.Process(target=_watcher, args=(str(folder), str(tmp_path / 'seen'), start_at + 4))
-    for p in procs + [watcher]:
+    installs = [ctx.Process(target=_first_install, args=(str(folder), str(builds), building, second_waits, scans)),
+                ctx.Process(target=_second_install, args=(str(folder), str(builds), building, second_waits))]
+    watcher = ctx.Process(target=_watcher, args=(str(folder), str(tmp_path / 'seen'), stop, scans))
+    for p in [watcher, *installs]:
         p.start()
-    for p in procs + [watcher]:
-        p.join(60)
-        assert p.exitcode == 0
+    try:
+        for p in installs:
+            p.join(120)
+            assert p.exitcode == 0
+        stop.set()
+        watcher.join(120)
+        assert watcher.exitcode == 0
+    finally:
+        for p in [watcher, *installs]:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert second_waits.is_set(), 'the installs did not overlap'
     assert len(builds.read_text().split()) == 1, 'both installs compiled: the lock did not serialise them'
     assert sorted(p.name for p in folder.iterdir()) == ['.lock', WHEEL_NAME]
     assert hashlib.sha256((folder / WHEEL_NAME).read_bytes()).digest() == hashlib.sha256(PAYLOAD).digest()
@@ -248,7 +290,7 @@ def test_failed_build_leaves_nothing_to_reuse(tmp_path):
         (staging / WHEEL_NAME).write_bytes(b'half')
         raise SystemExit('compiler error')
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match='^compiler error$'):
         build_mmcv.obtain_wheel(tmp_path / 'key', '2.1.0', TAG, failing_build)
     assert build_mmcv.find_wheel(tmp_path / 'key', '2.1.0', TAG) is None
     assert [p.name for p in (tmp_path / 'key').iterdir()] == ['.lock']

@@ -6,6 +6,7 @@ import socket
 import pytest
 import torch.distributed as dist
 
+from helpers import require_capability
 from xcit_dense.engine.dist import job_port
 from xcit_launch import netif
 from xcit_launch import torchrun as torchrun_tool
@@ -23,8 +24,7 @@ def local_addresses():
 
 def test_route_to_an_own_address_names_its_interface():
     found = local_addresses()
-    if not found:
-        pytest.skip('this machine has no non-loopback IPv4 address')
+    require_capability('ipv4', bool(found), 'this machine has no non-loopback IPv4 address')
     name, address = found[0]
     assert netif.route_to(address) == netif.Route(address, address, name)
 
@@ -33,8 +33,7 @@ def test_reaching_route_skips_names_that_resolve_to_loopback_here():
     """Node 0's own name maps to 127.0.1.1 on node 0 (Debian): the next target, another node, is used;
     with no target left, the error names each one and what it resolved to."""
     found = local_addresses()
-    if not found:
-        pytest.skip('this machine has no non-loopback IPv4 address')
+    require_capability('ipv4', bool(found), 'this machine has no non-loopback IPv4 address')
     name, address = found[0]
     assert netif.reaching_route(['127.0.1.1', address]) == (address, netif.Route(address, address, name))
     with pytest.raises(OSError, match=r'no other node reachable: localhost resolves to 127\.0\.0\.1 on this node '

@@ -3,10 +3,12 @@ names a lost peer when a step outlives its bound."""
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 
 from helpers import ROOT, env, free_port
+from xcit_dense.engine import wait_bounds as wait_bounds_module
 from xcit_dense.engine.wait_bounds import StepWatch, nccl_environment, wait_bounds
 
 
@@ -28,15 +30,25 @@ def test_nccl_settings_follow_the_step_bound_and_keep_the_users(monkeypatch):
     assert settings['TORCH_NCCL_ASYNC_ERROR_HANDLING'] == '1'  # the user's
 
 
-def test_step_watch_fires_once_armed_and_not_after_disarm():
+def test_step_watch_fires_once_armed_and_not_after_disarm(monkeypatch):
+    """On an injected clock: a step disarmed before its bound never fires, however late the clock runs
+    afterwards (under load a real 0.2 s bound could pass before disarm()); an armed one fires, once,
+    as soon as the clock passes its bound."""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(wait_bounds_module, 'time', types.SimpleNamespace(monotonic=lambda: clock.now))
     fired = threading.Event()
     seen = []
-    watch = StepWatch(lambda: (seen.append(1), fired.set()))
-    watch.arm(0.2)
+    watch = StepWatch(lambda: (seen.append(clock.now), fired.set()))
+    watch.arm(0.05)  # the watch rechecks every 0.05 s of real time, reading the injected clock
     watch.disarm()
+    clock.now += 3600  # far past the disarmed bound
+    # a correct watch never fires here, so no load can fail this; a watch that kept the bound would
+    # fire within 0.05 s of its recheck
     assert not fired.wait(0.5)
-    watch.arm(0.1)
-    assert fired.wait(10) and seen == [1]
+    watch.arm(0.05)
+    assert not fired.is_set()  # the clock has not moved: the bound is not reached
+    clock.now += 1
+    assert fired.wait(60) and seen == [4601.0]
 
 
 def test_a_step_past_its_bound_is_reported_with_the_resume_hint():

@@ -8,6 +8,11 @@ import warnings
 # (category, start of the message) of warnings the pinned versions emit on every run
 KNOWN_WARNINGS = (
     (UserWarning, 'pkg_resources is deprecated as an API'),  # mmengine's package_utils, setuptools 81
+    # MMEngine's notices that it gives each process of a launched run one OpenMP / MKL thread where
+    # the variable is unset (torchrun does the same for OpenMP): the toolkit launches one process
+    # per core or GPU and keeps that setting on purpose; set the variables to choose another
+    (UserWarning, 'Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, '),
+    (UserWarning, 'Setting MKL_NUM_THREADS environment variable for each process to be 1 in default, '),
 )
 # mmengine's print_log deprecation notices (logged, not warned) that its own code triggers
 KNOWN_LOG_MESSAGES = (

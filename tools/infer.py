@@ -23,19 +23,19 @@ import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; ch
 import mmcv
 import numpy as np
 import torch.nn.functional as F
+from mmengine.logging import MMLogger
 from mmengine.structures import PixelData
 from PIL import Image
 from tqdm import tqdm
 
-from mmengine.logging import MMLogger
 from xcit_launch.known_warnings import KnownLogMessages
-
 from xcit_dense.builder import load_config
 from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
-from xcit_dense.inference import build_inferencer, default_device, predict_image, prediction_record
+from xcit_dense.inference import (DRAWN_OVERLAP_IOU, build_inferencer, default_device, drawing_sample,
+                                  predict_image, prediction_record)
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.tasks import Task, task_of_config
@@ -51,6 +51,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--out-dir', default='work_dirs/infer', help='where pictures and results.json go')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='detections drawn from this score up (results.json keeps all)')
+    parser.add_argument('--overlap-iou', type=float, default=DRAWN_OVERLAP_IOU,
+                        help='of drawn boxes overlapping at a higher IoU, only the best scoring is drawn, '
+                             'whatever its class (1: all drawn; results.json keeps all)')
     parser.add_argument('--limit', type=int, help='process at most this many images')
     parser.add_argument('--min-size', type=int, default=384,
                         help='pictures of smaller images are enlarged to this short side')
@@ -176,6 +179,7 @@ def main() -> None:
         try:
             sample = predict_image(inferencer, image)
             shown, drawn = enlarge(mmcv.bgr2rgb(image), sample, task, args.min_size, args.max_size)
+            drawn = drawing_sample(drawn, task, args.score_thr, args.overlap_iou)
         except (RuntimeError, ValueError, MemoryError) as exc:  # e.g. out of memory for a huge image
             message = (f'{path}: inference failed for this {image.shape[1]}x{image.shape[0]} image: '
                        f'{type(exc).__name__}: {(str(exc).splitlines() or [""])[0][:300]}')

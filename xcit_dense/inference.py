@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from mmengine.config import Config
 from mmengine.infer import BaseInferencer
-from mmengine.structures import BaseDataElement, PixelData
+from mmengine.structures import BaseDataElement, InstanceData, PixelData
 from pycocotools import mask as mask_utils
 from torch import nn
+from torchvision.ops import nms
 
 from .checkpoint import CheckpointError
 from .engine.compile import take_compile_option
@@ -92,6 +93,34 @@ def predict(model: nn.Module, image: torch.Tensor) -> BaseDataElement:
         img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w), scale_factor=(1., 1.)))
     with torch.no_grad():
         return model.test_step(dict(inputs=[image], data_samples=[sample]))[0]
+
+
+# tools/infer.py's default --overlap-iou: boxes overlapping more are drawn once
+DRAWN_OVERLAP_IOU = 0.7
+
+
+def drawn_instances(instances: InstanceData, score_thr: float,
+                    overlap_iou: float = DRAWN_OVERLAP_IOU) -> InstanceData:
+    """The instances a picture shows: those scoring ``score_thr`` or more and, of boxes that overlap
+    at an IoU above ``overlap_iou``, only the best scoring, whatever its class (1 keeps them all).
+
+    The detector scores every class of a box on its own, so one object can come out as two classes
+    with the same box (a rectangle and an ellipse, say); the picture shows it once, under its best
+    class. Only for the drawing: the results and the metrics keep every detection."""
+    kept = instances[instances.scores >= score_thr]
+    if overlap_iou >= 1 or not len(kept):
+        return kept
+    return kept[nms(kept.bboxes.float(), kept.scores.float(), overlap_iou)]
+
+
+def drawing_sample(sample: BaseDataElement, task: Task, score_thr: float,
+                   overlap_iou: float = DRAWN_OVERLAP_IOU) -> BaseDataElement:
+    """``sample`` with only its ``drawn_instances`` (a shallow copy), or as it is for a segmentation."""
+    if not task.draws_scores:
+        return sample
+    sample = sample.clone()
+    setattr(sample, task.prediction, drawn_instances(getattr(sample, task.prediction), score_thr, overlap_iou))
+    return sample
 
 
 def _encode_mask(mask: np.ndarray) -> dict:

@@ -3,11 +3,23 @@
 Standard library only: ``xcit_dense`` and the launch preflight call it before anything imports mmengine.
 """
 import logging
+import re
 import warnings
 
 # (category, start of the message) of warnings the pinned versions emit on every run
 KNOWN_WARNINGS = (
     (UserWarning, 'pkg_resources is deprecated as an API'),  # mmengine's package_utils, setuptools 81
+    # MMEngine's notices that it gives each process of a launched run one OpenMP / MKL thread where
+    # the variable is unset (torchrun does the same for OpenMP): the toolkit launches one process
+    # per core or GPU and keeps that setting on purpose; set the variables to choose another
+    (UserWarning, 'Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, '),
+    (UserWarning, 'Setting MKL_NUM_THREADS environment variable for each process to be 1 in default, '),
+    # mmseg's decode heads build their losses with its own deprecated build_loss: nothing to change here
+    (UserWarning, '``build_loss`` would be deprecated soon, please use ``mmseg.registry.MODELS.build()``'),
+    # mmseg's notice about its cross-entropy default: the recipes keep it, as the published models had
+    (UserWarning, 'Default ``avg_non_ignore`` is False, if you would like to ignore the certain label'),
+    # mmseg's visualization hook off by default (draw=False), as the toolkit sets it: tools/infer.py draws
+    (UserWarning, 'The draw is False, it means that the hook for visualization will not take effect.'),
 )
 # mmengine's print_log deprecation notices (logged, not warned) that its own code triggers
 KNOWN_LOG_MESSAGES = (
@@ -29,5 +41,5 @@ class KnownLogMessages(logging.Filter):
 
 def silence_known_warnings() -> None:
     """Ignore exactly the known warnings; every other warning is shown as before."""
-    for category, message in KNOWN_WARNINGS:
-        warnings.filterwarnings('ignore', message=message, category=category)
+    for category, message in KNOWN_WARNINGS:  # the start of the message, as written (not a pattern)
+        warnings.filterwarnings('ignore', message=re.escape(message), category=category)

@@ -15,6 +15,11 @@ from helpers import (ROOT, free_port, hooked_config, launch_env, pause_hook, rea
                      spawned, tiny_seg_config, train_cmd, wait_for)
 
 
+# DDP's warnings about gradients laid out unlike its buckets, and about a deprecated argument: errors
+DDP_WARNINGS_AS_ERRORS = ('error:Grad strides do not match bucket view strides:UserWarning,'
+                          'error:`broadcast_buffers` is deprecated:FutureWarning')
+
+
 def test_two_nodes_on_one_machine(tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
@@ -22,10 +27,12 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     with contextlib.ExitStack() as stack:
         procs = [stack.enter_context(spawned(
             ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work_dir)],
-            cwd=tmp_path, env=launch_env(NNODES=2, NODE_RANK=rank, MASTER_ADDR='127.0.0.1', PORT=port),
+            cwd=tmp_path, env=launch_env(NNODES=2, NODE_RANK=rank, MASTER_ADDR='127.0.0.1', PORT=port,
+                                         PYTHONWARNINGS=DDP_WARNINGS_AS_ERRORS),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for rank in (1, 0)]
         outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:]
+    assert not any('Grad strides' in out or 'broadcast_buffers' in out for out in outputs)
     log = read_log(work_dir)
     assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log and 'Iter(train) [4/4]' in log

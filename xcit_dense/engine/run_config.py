@@ -68,7 +68,8 @@ def adapt_to_machine(cfg: Config) -> None:
             reason = 'one process' if not grouped else 'no GPU'
             print_log(f'SyncBN replaced by BN ({reason})', logger='current')
     if grouped:
-        wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+        # BN keeps running statistics per process: buffers are not synced in the forward
+        wrapper = dict(type='GradLayoutDDP', forward_sync_buffers=False,
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
         wrapper.update(cfg.get('model_wrapper_cfg') or {})
         # a CPU module takes no device ids

@@ -16,7 +16,7 @@ from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 ROOT = Path(__file__).resolve().parents[1]
 COCO_SPLITS = dict(train=(2000, 0), val=(200, 1))            # images, seed
-ADE_SPLITS = dict(training=(1200, 2), validation=(200, 3))
+ADE_SPLITS = dict(training=(2000, 2), validation=(200, 3))
 SIZE = (128, 128)
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--out', default=str(ROOT / 'data'), help='folder for demo_coco/ and demo_ade/')
     parser.add_argument('--only', choices=['coco', 'ade'], help='generate one of the two sets')
-    parser.add_argument('--num-train', type=int, help='training images per set (default 2000 COCO, 1200 ADE20K layout)')
+    parser.add_argument('--num-train', type=int, help='training images per set (default 2000)')
     parser.add_argument('--num-val', type=int, help='validation images per set (default 200)')
     parser.add_argument('--size', type=int, nargs=2, default=SIZE, metavar=('H', 'W'))
     args = parser.parse_args()

@@ -5,26 +5,17 @@
 # images and plot the training curves. `bash tools/quickstart.sh seg` (what
 # tools/quickstart_seg.sh runs) does the same for UperNet with mIoU.
 # A repeat resumes from the work dir's checkpoint: a finished training is not run again.
-# PORT: the rendezvous port (default: a free one). DEMO_DIR: where data/ and work_dirs/ go
-# (default: the repository).
+# PORT: the rendezvous port (default: a free one).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TASK="${1:-det}"
-DEMO_DIR="$(mkdir -p "${DEMO_DIR:-$ROOT}" && cd "${DEMO_DIR:-$ROOT}" && pwd)"
 case "$TASK" in
-  det) CONFIG=configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py WORK="$DEMO_DIR/work_dirs/demo_mask_rcnn"
-       DATA=coco DATA_ROOT="$DEMO_DIR/data/demo_coco/" VAL_IMAGES="$DEMO_DIR/data/demo_coco/val"
-       EVALUATORS=("val_evaluator.ann_file=${DATA_ROOT}annotations/instances_val.json"
-                   "test_evaluator.ann_file=${DATA_ROOT}annotations/instances_val.json") ;;
-  seg) CONFIG=configs/demo/upernet_xcit_tiny_12_p16_demo.py WORK="$DEMO_DIR/work_dirs/demo_upernet"
-       DATA=ade DATA_ROOT="$DEMO_DIR/data/demo_ade/" VAL_IMAGES="$DEMO_DIR/data/demo_ade/images/validation"
-       EVALUATORS=() ;;
+  det) CONFIG=configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py WORK=work_dirs/demo_mask_rcnn
+       DATA=coco VAL_IMAGES=data/demo_coco/val ;;
+  seg) CONFIG=configs/demo/upernet_xcit_tiny_12_p16_demo.py WORK=work_dirs/demo_upernet
+       DATA=ade VAL_IMAGES=data/demo_ade/images/validation ;;
   *) echo "usage: bash tools/quickstart.sh [det|seg]" >&2; exit 2 ;;
 esac
-# the config's data, wherever DEMO_DIR is
-OPTIONS=(--cfg-options "train_dataloader.dataset.data_root=$DATA_ROOT"
-         "val_dataloader.dataset.data_root=$DATA_ROOT" "test_dataloader.dataset.data_root=$DATA_ROOT"
-         "${EVALUATORS[@]}")
 bash "$ROOT/tools/install.sh"
 export PYTHON="${XCIT_VENV:-$ROOT/.venv}/bin/python"
 cd "$ROOT"
@@ -40,13 +31,12 @@ require_positive_int PROCS "$PROCS"
 start=$SECONDS
 step() { echo "[demo] $* ($((SECONDS - start)) s)"; }
 step "1/5 demo data"
-"$PYTHON" tools/make_demo_data.py --only "$DATA" --out "$DEMO_DIR/data"
+"$PYTHON" tools/make_demo_data.py --only "$DATA"
 step "2/5 training $CONFIG with $PROCS process(es)"
-bash tools/dist_train.sh "$CONFIG" "$PROCS" --work-dir "$WORK" --resume "${OPTIONS[@]}"
+bash tools/dist_train.sh "$CONFIG" "$PROCS" --work-dir "$WORK" --resume
 CHECKPOINT="$(cat "$WORK/last_checkpoint")"
 step "3/5 evaluating $CHECKPOINT"
-bash tools/dist_test.sh "$CONFIG" "$CHECKPOINT" "$PROCS" --work-dir "$WORK/eval" "${OPTIONS[@]}" 2>&1 \
-  | tee "$WORK/eval.log"
+bash tools/dist_test.sh "$CONFIG" "$CHECKPOINT" "$PROCS" --work-dir "$WORK/eval" 2>&1 | tee "$WORK/eval.log"
 trained=$SECONDS
 step "4/5 predictions on validation images"
 "$PYTHON" tools/infer.py "$CONFIG" "$CHECKPOINT" "$VAL_IMAGES" --limit 16 \

@@ -189,53 +189,11 @@ def test_infer_reports_bad_inputs_and_goes_on(demo_run):
     assert 'Traceback' not in proc.stderr
 
 
-# each demo's budget on an idle 2-core machine: data, training and evaluation (tools/quickstart.sh's
-# figure; README.md): Mask R-CNN's 1000 iterations took 1,084 s on a fresh 2-core machine
-DEMO_SECONDS = dict(det=1200, seg=360)
-# UperNet's 400 iterations reached mIoU 40.1 (tools/test.py; rectangle 17, ellipse 30, triangle 19 IoU)
-SEG_MIOU_FLOOR = 35.0
-# the warnings a demo run would show without the filters of xcit_launch/known_warnings.py: MMEngine's
-# notices that it sets OMP_NUM_THREADS and MKL_NUM_THREADS (one thread per process, as the toolkit
-# wants), mmseg's about its own build_loss, its cross-entropy default and its visualization hook off
-FILTERED = ('Setting OMP_NUM_THREADS environment variable', 'Setting MKL_NUM_THREADS environment variable',
-            '``build_loss`` would be deprecated soon', 'Default ``avg_non_ignore`` is False',
-            'The draw is False')
-
-
-@pytest.mark.slow  # the whole demos: about 25 minutes
-@pytest.mark.timeout(3600)
-@pytest.mark.parametrize('task, floors', [
-    ('det', {'bbox_mAP': 0.5, 'segm_mAP': 0.45}),
-    ('seg', {'mIoU': SEG_MIOU_FLOOR}),
-])
-def test_the_demo_runs_in_minutes_learns_and_warns_of_nothing(tmp_path, task, floors):
-    """``bash tools/quickstart.sh`` as a user runs it (its data and work dirs in tmp_path), seeded:
-    data, training and evaluation within its DEMO_SECONDS, the README's floors reached on the validation
-    set, the pictures and curves written, and no line of its output a warning (FILTERED names the
-    filtered ones). On a loaded machine the time can run over: the figure is for an idle one."""
-    env = dict(os.environ, PORT=str(free_port()), DEMO_DIR=str(tmp_path), XCIT_VENV=sys.prefix)
-    proc = run('bash', 'tools/quickstart.sh', task, env=env)
-    output = proc.stdout + proc.stderr
-    assert [line for line in output.splitlines() if 'Warning' in line] == []
-    assert not any(message in output for message in FILTERED)
-    seconds = int(re.search(r'data, training and evaluation: (\d+) s', output).group(1))
-    assert seconds <= DEMO_SECONDS[task], output[-3000:]
-    work = tmp_path / 'work_dirs' / ('demo_mask_rcnn' if task == 'det' else 'demo_upernet')
-    evaluation = (work / 'eval.log').read_text()
-    if task == 'det':
-        scores = dict(zip(('bbox_mAP', 'segm_mAP'), map(float, re.findall(
-            r'coco/(?:bbox|segm)_mAP: ([\d.]+)', evaluation)[:2])))
-    else:
-        scores = {'mIoU': float(re.search(r'mIoU: ([\d.]+)', evaluation).group(1))}
-    assert all(scores[key] >= floor for key, floor in floors.items()), scores
-    assert (work / 'predictions.png').stat().st_size > 0 and (work / 'curves.png').stat().st_size > 0
-
-
 @pytest.mark.slow  # a learning floor: the slow stage
 @pytest.mark.timeout(1800)  # 150 UperNet iterations: 900 s ran out on a loaded 2-core machine
 def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     """UperNet's seeded demo config, scaled down (64 px images, which the config's pipeline resizes
-    to its 128 px; 150 iterations, one process, LR 8e-4), must learn the shapes well above chance, so a
+    to its 128 px; 150 iterations, one process), must learn the shapes well above chance, so a
     regression in the heads, the data generator or the LR shows up here. Predicting background
     everywhere scores an mIoU of about 20 (background IoU ~80, shapes 0); this run reached 33.5
     (rectangle 20.0, ellipse 22.8) when the floor was set. Its checkpoint then goes through the
@@ -249,7 +207,7 @@ def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     run(sys.executable, 'tools/train.py', SEG_CONFIG, '--work-dir', work, '--cfg-options', *loaders,
         'train_dataloader.batch_size=8', 'train_cfg.max_iters=150', 'train_cfg.val_interval=150',
         'default_hooks.checkpoint.interval=150', 'model.data_preprocessor.size=(64,64)',
-        'param_scheduler.0.end=15', 'param_scheduler.1.end=150', 'optim_wrapper.optimizer.lr=8e-4')
+        'param_scheduler.0.end=15', 'param_scheduler.1.end=150')
     scores = json.loads(sorted(work.glob('*/vis_data/scalars.json'))[-1].read_text().splitlines()[-1])
     assert scores['mIoU'] >= 28, scores
     per_class = {name: float(iou) for name, iou in

@@ -11,8 +11,8 @@ Two views of the backward, medians over the rounds:
 - per ATen operator run inside the backward (self time): the kernels those nodes spend it in.
 
 The profiler slows small operators more than large ones: compare shares and the two models, not
-the seconds with the timed steps of ``tools/benchmark_whole_models.py``. On a CPU, XCiT runs its CPU
-layouts; ``--layout reference`` runs what GPUs run.
+the seconds with the timed steps of ``tools/benchmark_whole_models.py``. On a CPU, XCiT runs its fast
+layers in their CPU layouts; ``--layout reference`` runs them as on a GPU.
 
     PYTHONPATH=. python benchmarks/backward_ops.py --size 800 1333 --batch 2 --rounds 2 --top 15
     PYTHONPATH=. python benchmarks/backward_ops.py --by-shape aten::convolution_backward --top 25
@@ -38,7 +38,7 @@ MODELS = ('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t')
 def profile_rounds(models: List[WholeModel], rounds: int, layout: str, by_shape: List[str] = ()) -> Dict[str, dict]:
     """Per model: median seconds per (part, node) and per backward ATen operator (those of
     ``by_shape`` per input shapes), over ``rounds``."""
-    from xcit_dense.models.cpu_layouts import reference_layout
+    from xcit_dense.models.fast.cpu_layouts import reference_layout
     runs = {m.name: {'nodes': [], 'aten': []} for m in models}
     context = reference_layout if layout == 'reference' else contextlib.nullcontext
     with context():

@@ -6,8 +6,9 @@ once per storage, charged to the first node found holding them, parameters and t
 The node names are the backward functions (``GeluBackward0`` is what GELU's forward saved;
 custom functions' nodes are named ``<Function>Backward``); the
 second table groups the same bytes by the module whose forward built the node. Saved bytes do not
-depend on the machine's load or device: a GPU keeps the same tensors (on a CPU, XCiT runs its CPU
-layouts unless ``--layout reference``).
+depend on the machine's load or device: a GPU keeps the same tensors. XCiT runs its fast layers
+(``fast_layers=True``), on a CPU in their CPU layouts unless ``--layout reference`` (what they run on a
+GPU); ``--plain-operators`` adds the plain model (``fast_layers=False``, what GPUs run by default).
 
     python benchmarks/saved_activations.py --size 800 1344 --batch 2 --plain-operators
     python benchmarks/saved_activations.py --models xcit_s12_p16 --layout reference --with-cp selective
@@ -38,13 +39,15 @@ MODELS = {
 }
 
 
-def build(name: str, with_cp) -> nn.Module:
+def build(name: str, with_cp, fast: bool = True) -> nn.Module:
     import mmdet.models  # noqa: F401  (registers mmdet's backbones)
     import xcit_dense  # noqa: F401
     from mmengine.registry import MODELS as REGISTRY
     cfg = dict(MODELS[name])
     if with_cp:
         cfg['with_cp'] = with_cp
+    if cfg['type'] == 'XCiT':
+        cfg['fast_layers'] = fast
     model = REGISTRY.build(cfg)
     model.init_weights()
     model.train()
@@ -118,40 +121,26 @@ def node_owners(model: nn.Module, run) -> Tuple[object, Dict]:
     return out, owner
 
 
-@contextlib.contextmanager
-def plain_operators() -> Iterator[None]:
-    """XCiT's layers without the recomputing autograd functions and the layer-scale fold
-    (``models/recompute.py``: its helpers ask its ``wants_saving_functions``, the layers their own)."""
-    from xcit_dense.models import layers, recompute
-    saving = recompute.wants_saving_functions
-    layers.wants_saving_functions = recompute.wants_saving_functions = lambda x: False
-    try:
-        yield
-    finally:
-        layers.wants_saving_functions = recompute.wants_saving_functions = saving
-
-
 def measure(name: str, size: Tuple[int, int], batch: int, layout: str, plain: bool = False) -> dict:
-    from xcit_dense.models.cpu_layouts import reference_layout
+    from xcit_dense.models.fast.cpu_layouts import reference_layout
     torch.manual_seed(0)
-    model = build(name, False)
+    model = build(name, False, fast=not plain)
     x = torch.randn(batch, 3, *size)
-    with reference_layout() if layout == 'reference' else contextlib.nullcontext(), \
-            plain_operators() if plain else contextlib.nullcontext():
+    with reference_layout() if layout == 'reference' else contextlib.nullcontext():
         outs, owner = node_owners(model, lambda: model(x))
     skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
     skip |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     skip.add(x.untyped_storage().data_ptr())
     per_node, per_module = saved_per_node([o.grad_fn for o in outs], skip, owner)
     outputs = sum(o.untyped_storage().nbytes() for o in outs)
-    return dict(name=name + (' (plain operators)' if plain else ''), per_node=per_node, per_module=per_module,
+    return dict(name=name + (' (plain layers)' if plain else ''), per_node=per_node, per_module=per_module,
                 total=sum(b for b, _ in per_node.values()), outputs=outputs)
 
 
 def peak_with_cp(name: str, size: Tuple[int, int], batch: int, layout: str, with_cp) -> int:
     """Peak tensor bytes of forward + backward (allocations the profiler saw), above the model and input."""
     from torch.profiler import ProfilerActivity, profile
-    from xcit_dense.models.cpu_layouts import reference_layout
+    from xcit_dense.models.fast.cpu_layouts import reference_layout
     torch.manual_seed(0)
     model = build(name, with_cp)
     x = torch.randn(batch, 3, *size)
@@ -173,12 +162,12 @@ def main() -> None:
     parser.add_argument('--size', nargs=2, type=int, default=[800, 1344], metavar=('H', 'W'))
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--layout', choices=('reference', 'cpu'), default='reference',
-                        help="XCiT's layers as GPUs run them (reference) or the CPU layouts")
+                        help="XCiT's fast layers as they run on GPUs (reference) or in the CPU layouts")
     parser.add_argument('--with-cp', choices=('none', 'full', 'selective'), nargs='+', default=['none'],
                         help='checkpointing modes for the peak-memory table')
     parser.add_argument('--plain-operators', action='store_true',
-                        help="also XCiT without the recomputing autograd functions and the layer-scale fold "
-                             "(what it saved before them)")
+                        help="also XCiT's plain layers (fast_layers=False): no recomputing autograd functions, "
+                             "no layer-scale fold")
     parser.add_argument('--top', type=int, default=12)
     args = parser.parse_args()
     size = tuple(args.size)

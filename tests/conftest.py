@@ -91,7 +91,7 @@ def pytest_configure(config) -> None:
 # served by xcit_mmcv_ext), none launching a run or training more than a step.
 QUICK_MODULES = ('test_backbone.py', 'test_timm_equivalence.py', 'test_presets.py', 'test_configs.py',
                  'test_checkpoint_loading.py', 'test_checkpoint_security.py', 'test_mmcv_ext_nms.py',
-                 'test_mmcv_ext_roi_align.py', 'test_roi_extractor.py', 'test_cpu_layouts.py', 'test_layout.py')
+                 'test_mmcv_ext_roi_align.py', 'test_roi_extractor.py', 'test_fast_layers.py', 'test_layout.py')
 QUICK_LEFT_OUT = ('test_training_step',)  # a training step of each recipe's model: a minute each
 
 

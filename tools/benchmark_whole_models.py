@@ -10,7 +10,8 @@ autograd node counted in the part whose forward built it), and the GPU-comparabl
 memory: weights, gradients and AdamW moments (fp32) plus that peak. ``--extra MODEL`` adds a model
 measured at batch 1 beside the pair's first stock model (e.g. ``mask_rcnn_xcit_s12_p8``, whose
 batch 2 step exceeds this machine's memory); ``--variants with_cp=selective`` the pair's first model
-with that option, side by side with the pair. ``--fixed-proposals`` gives the detectors' RoI heads
+with that option, side by side with the pair (``fast_layers=False``: the plain layers beside the
+fast ones, which the auto choice installs on a CPU). ``--fixed-proposals`` gives the detectors' RoI heads
 the same proposals in both models, in training and at inference (``WholeModel(fixed_proposals=True)``):
 with random weights each RPN's own proposals decide the heads' work. Example (the command of
 docs/benchmark/whole_models.md)::
@@ -36,7 +37,10 @@ PAIRS = {'det': (('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t'), (800, 1333)),
 GIB = 2 ** 30
 # config options of the pair's first model, measured beside it with --variants
 VARIANTS = {'with_cp=selective': {'model.backbone.with_cp': 'selective'},
-            'with_cp=True': {'model.backbone.with_cp': True}}
+            'with_cp=True': {'model.backbone.with_cp': True},
+            'fast_layers=False': {'model.backbone.fast_layers': False},
+            'fast_layers=False with_cp=selective': {'model.backbone.fast_layers': False,
+                                                   'model.backbone.with_cp': 'selective'}}
 
 
 def table(title: str, names: List[str], results: Dict[str, Dict[str, float]], peaks: Optional[Dict[str, int]] = None,

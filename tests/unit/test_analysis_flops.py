@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xcit_dense.analysis.flops import analyse, analyse_classifier, analyse_config
+from xcit_dense.analysis.flops import analyse, analyse_classifier, analyse_config, plain_layers_config
 
 ROOT_CONFIG = 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py'
 
@@ -18,7 +18,7 @@ def test_classifier_matches_the_paper(name, paper):
 
 def test_backbone_parts_are_exact_and_sum_to_the_whole(tiny_xcit):
     """Each block part counts its matrix products, L2 norms and LayerNorm; nothing is left over."""
-    model = tiny_xcit().eval()
+    model = tiny_xcit(fast_layers=False).eval()
     depth, dims, heads = 4, 64, 4
     result = analyse(model, torch.rand(1, 3, 64, 96))
     tokens = (64 // 16) * (96 // 16)
@@ -47,6 +47,10 @@ def test_dense_model_parts_sum_to_the_whole():
     assert 0 <= result.unattributed_flops < 0.01 * result.flops
     assert sum(result.part_flops.values()) + result.unattributed_flops == result.flops
     assert sum(result.part_params.values()) == result.params
+
+
+def test_configs_are_counted_and_exported_with_the_plain_layers():
+    assert plain_layers_config(ROOT_CONFIG).model.backbone.fast_layers is False
 
 
 class _Attention(nn.Module):

@@ -56,13 +56,13 @@ def test_pyramid_sizes_match_strides(tiny_xcit, patch_size, size):
 
 
 def test_pyramid_ops_follow_the_recipe():
-    p16, p8 = XCiT(arch='tiny_12', patch_size=16), XCiT(arch='tiny_12', patch_size=8)
-    assert [type(m).__name__ for m in p16.fpn1] == ['UpConv2x2', 'BatchNorm2d', 'GELU', 'UpConv2x2']
-    assert [type(m).__name__ for m in p16.fpn2] == ['UpConv2x2']
+    p16, p8 = (XCiT(arch='tiny_12', patch_size=patch, fast_layers=False) for patch in (16, 8))
+    assert [type(m).__name__ for m in p16.fpn1] == ['ConvTranspose2d', 'BatchNorm2d', 'GELU', 'ConvTranspose2d']
+    assert [type(m).__name__ for m in p16.fpn2] == ['ConvTranspose2d']
     assert all(isinstance(m, torch.nn.ConvTranspose2d) and m.kernel_size == m.stride == (2, 2)
                for m in (*p16.fpn1[::3], *p16.fpn2, *p8.fpn1))
     assert isinstance(p16.fpn3, torch.nn.Identity) and p16.fpn4.kernel_size == 2
-    assert [type(m).__name__ for m in p8.fpn1] == ['UpConv2x2']
+    assert [type(m).__name__ for m in p8.fpn1] == ['ConvTranspose2d']
     assert isinstance(p8.fpn2, torch.nn.Identity)
     assert p8.fpn3.kernel_size == 2 and p8.fpn4.kernel_size == 4
     assert [k for k in p16.state_dict() if k.startswith('patch_embed.proj.') and k.endswith('.0.weight')] == \

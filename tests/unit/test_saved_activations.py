@@ -1,12 +1,14 @@
-"""What the blocks keep for the backward: the recomputing autograd functions, the layer scales folded
-into the weights and ``with_cp='selective'``.
+"""What the blocks keep for the backward: the fast set's recomputing autograd functions and layer
+scales folded into the weights, and ``with_cp='selective'``.
 
 The functions are checked by ``gradcheck`` and against the plain operators (in float64, under
-autocast, where a norm is clamped); the whole layers against timm in test_cpu_layouts.py. The
+autocast, where a norm is clamped); the whole fast layers against the plain ones in
+test_fast_layers.py. The
 selective option is checked against plain training (outputs, gradients, drop path replayed), for
 what it saves, and under DDP with frozen stages.
 """
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -14,10 +16,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from xcit_dense.models.cpu_layouts import reference_layout
-from xcit_dense.models import layers, recompute
-from xcit_dense.models.layers import XCA, Mlp
-from xcit_dense.models.recompute import GeluLinear, NormalizedGram, NormLinear
+from xcit_dense.models import layers
+from xcit_dense.models.fast import fast_layers, install_fast_layers, recompute
+from xcit_dense.models.fast.cpu_layouts import reference_layout
+from xcit_dense.models.fast.recompute import GeluLinear, NormalizedGram, NormLinear
 
 from test_backbone import forward_backward
 
@@ -95,6 +97,11 @@ class _Normed(torch.nn.Module):
         return self.layer(x, norm=self.norm)
 
 
+def _fast(module: torch.nn.Module) -> torch.nn.Module:
+    install_fast_layers(module)
+    return module
+
+
 def _saved_bytes(module, x, *args):
     storages = {}
 
@@ -109,23 +116,23 @@ def _saved_bytes(module, x, *args):
 
 
 @pytest.mark.parametrize('layout', ['cpu layouts', 'reference layout'])
-def test_mlp_keeps_no_gelu_output_and_xca_no_normalised_copies(layout, monkeypatch):
+def test_mlp_keeps_no_gelu_output_and_xca_no_normalised_copies(layout):
     """The MLP saves its input and fc1's output only (GELU's output, 4x the embedding, is not kept);
     XCA (reference layout, what GPUs run) saves two embedding-sized tensors less than with F.normalize.
     Given the block's norm, either keeps the norm's input instead of its output."""
     torch.manual_seed(0)
     B, N, C = 2, 50, 16
-    mlp, x, norm = Mlp(C, 4 * C), torch.randn(B, N, C), torch.nn.LayerNorm(C)
+    mlp, x, norm = _fast(layers.Mlp(C, 4 * C)), torch.randn(B, N, C), torch.nn.LayerNorm(C)
     with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
         assert _saved_bytes(mlp, x.clone()) == (B * N * C + B * N * 4 * C) * 4
         # with the block's norm: its input kept, not its output (nor the norm's statistics)
         assert _saved_bytes(_Normed(mlp, norm), x.clone()) == (B * N * C + B * N * 4 * C) * 4
-    xca = XCA(C, num_heads=4)
+    plain_xca = layers.XCA(C, num_heads=4)
+    xca = _fast(copy.deepcopy(plain_xca))
     with reference_layout():
         kept = _saved_bytes(xca, x.clone())
         assert _saved_bytes(_Normed(xca, norm), x.clone()) == kept  # the norm's output not kept either
-        monkeypatch.setattr(layers, 'wants_saving_functions', lambda t: False)
-        plain_kept = _saved_bytes(xca, x.clone())
+    plain_kept = _saved_bytes(plain_xca, x.clone())
     assert plain_kept - kept >= 2 * B * N * C * 4, (plain_kept, kept)  # and F.normalize's clamped norms
 
 
@@ -147,13 +154,13 @@ def test_blocks_fold_their_layer_scales_into_the_weights(layout, monkeypatch):
     instead), with the plain block's output and gradients (float64, drop path replayed)."""
     torch.manual_seed(0)
     B, N, C = 2, 64, 16
-    block, x = layers.XCABlock(C, 4, drop_path_rate=0.5).double().train(), torch.randn(B, N, C).double()
+    block, x = _fast(layers.XCABlock(C, 4, drop_path_rate=0.5)).double().train(), torch.randn(B, N, C).double()
     with torch.no_grad():
         for gamma in (block.gamma1, block.gamma2, block.gamma3):
             gamma.uniform_(0.1, 0.5)
     with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
         kept, folded = _saved_bytes(block, x.clone(), 8, 8), _block_step(block, x, seed=3)
-        monkeypatch.setattr(layers, 'folds_layer_scale', lambda *args: False)
+        monkeypatch.setattr(fast_layers, 'folds_layer_scale', lambda *args: False)
         plain_kept, plain = _saved_bytes(block, x.clone(), 8, 8), _block_step(block, x, seed=3)
     scaled_weights = 8 * (C * C + 4 * C * C + 9 * C)  # proj, fc2, conv2 (float64)
     assert plain_kept - kept >= 3 * B * N * C * 8 - scaled_weights, (plain_kept, kept)
@@ -180,11 +187,11 @@ def test_folded_blocks_keep_the_residual_stream_in_float32_under_autocast(layout
     """``gamma * y`` is float32 under bfloat16 autocast (a float32 scale): the folded block's residual
     stream stays in float32 too, with the plain block's values."""
     torch.manual_seed(0)
-    block, x = layers.XCABlock(32, 4).train(), torch.randn(2, 16, 32).bfloat16()
+    block, x = _fast(layers.XCABlock(32, 4)).train(), torch.randn(2, 16, 32).bfloat16()
     with reference_layout() if layout == 'reference layout' else contextlib.nullcontext():
         with torch.autocast('cpu', dtype=torch.bfloat16):
             folded = block(x.clone().requires_grad_(), 4, 4)
-            monkeypatch.setattr(layers, 'folds_layer_scale', lambda *args: False)
+            monkeypatch.setattr(fast_layers, 'folds_layer_scale', lambda *args: False)
             plain = block(x.clone().requires_grad_(), 4, 4)
     assert folded.dtype == plain.dtype == torch.float32
     torch.testing.assert_close(folded, plain, rtol=2e-2, atol=2e-2)

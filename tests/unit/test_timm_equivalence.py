@@ -1,4 +1,6 @@
-"""Numerical equivalence with timm's XCiT (an implementation nobody here wrote) on shared weights."""
+"""Numerical equivalence with timm's XCiT (an implementation nobody here wrote) on shared weights: the
+plain model (``fast_layers=False``) in outputs and gradients, and the fast set in outputs (against
+the plain model in every layer: test_fast_layers.py)."""
 from pathlib import Path
 
 import pytest
@@ -6,7 +8,6 @@ import timm
 import torch
 
 from helpers import randomize_
-from xcit_dense.models.cpu_layouts import reference_layout
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')
@@ -54,7 +55,8 @@ def loaded(arch: str, patch: int, state: dict, path: Path) -> XCiT:
     MB for M24) is deleted at once, so that the temp dirs pytest keeps stay small."""
     torch.save(state, path)
     try:
-        model = XCiT(arch=arch, patch_size=patch, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+        model = XCiT(arch=arch, patch_size=patch, fast_layers=False,
+                     init_cfg=dict(type='Pretrained', checkpoint=str(path)))
         model.init_weights()
     finally:
         path.unlink()
@@ -77,14 +79,39 @@ def test_token_maps_match_timm(arch, patch, tmp_path):
 
 
 @pytest.mark.parametrize('patch', [16, 8])
-def test_reference_layout_matches_timm(patch):
-    """The reference layout (what GPUs run), switched on for a CPU: timm's token maps too."""
+def test_fast_layers_match_timm(patch):
     reference = timm_reference('tiny_12', patch)
-    ours = XCiT(arch='tiny_12', patch_size=patch)
+    ours = XCiT(arch='tiny_12', patch_size=patch, fast_layers=True)
     ours.load_state_dict(reference.state_dict(), strict=False)
-    with reference_layout():
-        for size in SIZES:
-            assert compare(ours.eval(), reference, size) <= 1e-5, (patch, size)
+    for size in SIZES:
+        assert compare(ours.eval(), reference, size) <= 1e-5, (patch, size)
+
+
+@pytest.mark.parametrize('with_cp', [False, True])
+def test_backbone_gradients_match_timm(with_cp):
+    """The plain model in training: token maps within 1e-5 (float32), every parameter's gradient within
+    1e-9 (float64)."""
+    ref = timm.create_model('xcit_nano_12_p16_224', pretrained=False)
+    randomize_(ref, 4).train()
+    ours = XCiT(arch='nano_12', with_cp=with_cp, fast_layers=False)
+    ours.load_state_dict(ref.state_dict(), strict=False)
+    ours.train()
+    x = torch.randn(2, 3, 64, 80, generator=torch.Generator().manual_seed(5))
+    indices = list(ours.out_indices)
+    for a, b in zip(ours.forward_token_maps(x), ref.forward_intermediates(x, indices=indices, intermediates_only=True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    ours, ref, x = ours.double(), ref.double(), x.double()
+    got = ours.forward_token_maps(x)
+    want = ref.forward_intermediates(x, indices=indices, intermediates_only=True)
+    for maps in (got, want):
+        sum((m * torch.linspace(-1, 1, m.numel(), dtype=m.dtype).view_as(m)).sum() for m in maps).backward()
+    grads = dict(ref.named_parameters())
+    checked = 0
+    for name, param in ours.named_parameters():
+        if name in grads and grads[name].grad is not None:
+            torch.testing.assert_close(param.grad, grads[name].grad, rtol=0, atol=1e-9, msg=name)
+            checked += 1
+    assert checked > 100
 
 
 @pytest.mark.parametrize('patch', [16, 8])
@@ -92,7 +119,7 @@ def test_pyramid_matches_plain_torch_ops_on_timm_maps(patch):
     """The pyramid equals the recipe's ops written in plain torch, applied to timm's maps."""
     import torch.nn.functional as F
     reference = timm_reference('tiny_12', patch)
-    ours = XCiT(arch='tiny_12', patch_size=patch)
+    ours = XCiT(arch='tiny_12', patch_size=patch, fast_layers=False)
     randomize_(ours, seed=3)
     ours.load_state_dict({**ours.state_dict(), **{k: v for k, v in reference.state_dict().items()
                                                   if k in ours.state_dict()}})

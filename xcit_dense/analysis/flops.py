@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import elementwise_flop_counter, get_shape
+from mmengine.config import Config
 from torch import nn
 
 # the parts of a dense model besides the backbone, by attribute name
@@ -145,10 +146,19 @@ def analyse_classifier(name: str, shape: Sequence[int]) -> Complexity:
         return analyse(model, torch.rand(1, 3, *shape))
 
 
+def plain_layers_config(config: str, cfg_options: Optional[dict] = None) -> Config:
+    """A config with its XCiT backbone's ``fast_layers`` off: counters and exporters see the plain model."""
+    from ..builder import load_config
+    cfg = load_config(config, cfg_options)
+    if cfg.model.get('backbone', {}).get('type') == 'XCiT':
+        cfg.model.backbone.fast_layers = False
+    return cfg
+
+
 def analyse_config(config: str, shape: Sequence[int], cfg_options: Optional[dict] = None) -> Complexity:
-    """Build a config's model (no pretrained weights, SyncBN as BN) and count one H x W image."""
+    """Build a config's model (no pretrained weights, SyncBN as BN, plain layers) and count one H x W image."""
     from ..builder import build_model
     options = {'model.backbone.init_cfg': None, **(cfg_options or {})}
-    model = build_model(config, options, init=False).eval()
+    model = build_model(plain_layers_config(config, options), init=False).eval()
     with torch.no_grad():
         return analyse(model, *dense_inputs(model, shape))

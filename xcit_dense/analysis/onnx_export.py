@@ -54,7 +54,9 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
     """Export a config's backbone (dynamic size) or whole tensor forward (fixed size); returns the module."""
     from ..builder import build_model
     from ..models.weights import read_checkpoint
-    model = build_model(config, {'model.backbone.init_cfg': None}, init=checkpoint is None).eval()
+    from .flops import plain_layers_config
+    model = build_model(plain_layers_config(config, {'model.backbone.init_cfg': None}),
+                        init=checkpoint is None).eval()
     if checkpoint is not None:
         ckpt = read_checkpoint(checkpoint)
         model.load_state_dict(ckpt.get('state_dict', ckpt))

@@ -2,11 +2,12 @@
 pyramid's upsampling.
 
 State-dict names follow the authors' (and timm's) layout so that their ImageNet weights load
-unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...). This is the
-reference layout, the model as defined; eager CPU runs take the CPU layouts of ``cpu_layouts.py``.
+unchanged. Norm layers inside convolutional parts are configurable (BN, SyncBN, ...). Each layer has
+one forward, the model as the paper and timm write it; the speed-ups of ``fast/`` replace these
+layers from outside (``fast.install_fast_layers``), on the same parameters.
 """
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,11 +16,7 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.registry import MODELS
 from torch import nn
 
-from . import cpu_layouts
-from .cpu_layouts import use_cpu_layouts
 from .presets import check_patch_size
-from .recompute import (GeluLinear, NormalizedGram, folds_layer_scale, normed_linear, scaled_layer,
-                        scaled_weights, wants_saving_functions)
 
 DEFAULT_NORM = dict(type='BN', requires_grad=True)
 
@@ -102,25 +99,16 @@ class XCA(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
-                norm: Optional[nn.LayerNorm] = None) -> torch.Tensor:
-        """q, k, v as (B, heads, d, N), normalised along the token axis; ``norm`` (the block's) first
-        and the output times ``scale`` per channel (folded into the projection) where given."""
-        if use_cpu_layouts(x):
-            return cpu_layouts.xca(self, x, scale, norm)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, C) tokens; q, k, v as (B, heads, d, N), L2-normalised along the token axis."""
         B, N, C = x.shape
         # (3, B, heads, d, N): attention runs over channels, the tokens are the feature axis
-        qkv = normed_linear(norm, self.qkv, x).reshape(B, N, 3, self.num_heads, C // self.num_heads)
-        qkv = qkv.permute(2, 0, 3, 4, 1)
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 4, 1)
         q, k, v = qkv.unbind(0)
-        # plain matrix products: on CPU, faster than scaled_dot_product_attention for (d x d) maps
-        if wants_saving_functions(q):  # the same product, keeping the norms instead of normalised copies
-            attn = NormalizedGram.apply(q, k, 1e-12) * self.temperature
-        else:
-            attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
+        attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
         attn = self.attn_drop(attn.softmax(dim=-1))
         x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
-        return self.proj_drop(scaled_layer(self.proj, x, scale))
+        return self.proj_drop(self.proj(x))
 
 
 @MODELS.register_module()
@@ -136,29 +124,12 @@ class LPI(nn.Module):
         self.bn = build_norm_layer(norm_cfg, embed_dims)[1]
         self.conv2 = nn.Conv2d(embed_dims, embed_dims, kernel_size, padding=padding, groups=embed_dims)
 
-    def forward(self, x: torch.Tensor, height: int, width: int,
-                scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The (B, N, C) tokens of a height x width grid; the output times ``scale`` per channel
-        (folded into the second convolution) where given."""
-        if use_cpu_layouts(x):
-            return cpu_layouts.lpi(self, x, height, width, scale)
+    def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The (B, N, C) tokens of a height x width grid."""
         B, N, C = x.shape
         x = x.transpose(1, 2).reshape(B, C, height, width)
-        x = scaled_layer(self.conv2, self.bn(self.act(self.conv1(x))), scale)
+        x = self.conv2(self.bn(self.act(self.conv1(x))))
         return x.reshape(B, C, N).transpose(1, 2)
-
-
-class UpConv2x2(nn.ConvTranspose2d):
-    """The pyramid's 2x upsampling: a 2x2 stride-2 transposed convolution (keys ``weight``, ``bias``),
-    whose backward in the CPU layout runs as a convolution and a matrix product."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__(channels, channels, kernel_size=2, stride=2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if use_cpu_layouts(x):
-            return cpu_layouts.up_conv_2x2(self, x)
-        return super().forward(x)
 
 
 class Mlp(nn.Module):
@@ -171,15 +142,8 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
-                norm: Optional[nn.LayerNorm] = None) -> torch.Tensor:
-        """``norm`` (the block's) first and the output times ``scale`` per channel (folded into fc2)
-        where given."""
-        x = normed_linear(norm, self.fc1, x)
-        if self.drop.p == 0 and wants_saving_functions(x):  # fc2(GELU(x)), GELU's output not kept
-            return GeluLinear.apply(x, *scaled_weights(self.fc2, scale), self.act.approximate)
-        x = cpu_layouts.gelu(self.act, x) if use_cpu_layouts(x) else self.act(x)
-        return self.drop(scaled_layer(self.fc2, self.drop(x), scale))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
 @MODELS.register_module()
@@ -202,23 +166,6 @@ class XCABlock(nn.Module):
         self.gamma2 = nn.Parameter(eta * torch.ones(embed_dims))
 
     def forward(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        if folds_layer_scale(self.gamma1, x):
-            # training: each layer scale folded into its sub-layer's last weights, the same function;
-            # autograd then keeps no sub-layer output (of the tokens' size) for the scale's gradient
-            x = self._add(x, self.gamma1, self.attn(x, scale=self.gamma1, norm=self.norm1))
-            x = self._add(x, self.gamma3, self.local_mp(self.norm3(x), height, width, scale=self.gamma3))
-            return self._add(x, self.gamma2, self.mlp(x, scale=self.gamma2, norm=self.norm2))
-        x = self._residual(x, self.gamma1, self.attn(x, norm=self.norm1))
-        x = self._residual(x, self.gamma3, self.local_mp(self.norm3(x), height, width))
-        return self._residual(x, self.gamma2, self.mlp(x, norm=self.norm2))
-
-    def _add(self, x: torch.Tensor, gamma: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
-        """x + drop_path(scaled), ``scaled`` a sub-layer's output with ``gamma`` folded in, in the dtype
-        of ``gamma * y`` (under autocast: float32, the residual stream's, not the products')."""
-        return x + self.drop_path(scaled.to(torch.promote_types(scaled.dtype, gamma.dtype)))
-
-    def _residual(self, x: torch.Tensor, gamma: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """x + drop_path(gamma * y)."""
-        if use_cpu_layouts(x) and not (self.training and isinstance(self.drop_path, DropPath)):
-            return cpu_layouts.residual(x, gamma, y)
-        return x + self.drop_path(gamma * y)
+        x = x + self.drop_path(self.gamma1 * self.attn(self.norm1(x)))
+        x = x + self.drop_path(self.gamma3 * self.local_mp(self.norm3(x), height, width))
+        return x + self.drop_path(self.gamma2 * self.mlp(self.norm2(x)))

@@ -5,20 +5,20 @@ maps after blocks `out_indices` are resampled to strides 4, 8, 16 and 32, all wi
 """
 import math
 import typing
-from typing import Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmengine.logging import MMLogger
+from mmengine.logging import MMLogger, print_log
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .cpu_layouts import use_cpu_layouts
-from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, UpConv2x2, XCABlock
+from .fast import install_fast_layers
+from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
 from .presets import PRESETS, default_out_indices
 from .weights import load_backbone_weights
 
@@ -27,6 +27,7 @@ ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {
     name: (p.embed_dims, p.depth, p.num_heads, p.eta) for name, p in PRESETS.items()}
 PYRAMID_STRIDES = (4, 8, 16, 32)
 CheckpointMode = Literal[False, True, 'selective']  # the values of ``with_cp``
+FastLayers = Union[Literal['auto'], bool]  # the values of ``fast_layers``
 
 # What selective checkpointing keeps from the forward: the outputs of the matrix products (linear
 # layers, XCA's Gram and attention products), the costly operators. Everything else in a block
@@ -46,14 +47,28 @@ def _selective_contexts():
 
 def _upsample(dims: int, twice: bool, norm_cfg: dict) -> nn.Sequential:
     """One or two 2x transposed convolutions (with norm and GELU between two)."""
+    def up() -> nn.ConvTranspose2d:
+        return nn.ConvTranspose2d(dims, dims, kernel_size=2, stride=2)
     if not twice:
-        return nn.Sequential(UpConv2x2(dims))
-    return nn.Sequential(UpConv2x2(dims), build_norm_layer(norm_cfg, dims)[1], nn.GELU(), UpConv2x2(dims))
+        return nn.Sequential(up())
+    return nn.Sequential(up(), build_norm_layer(norm_cfg, dims)[1], nn.GELU(), up())
 
 
 def _downsample(factor: int) -> nn.Module:
     # ceil_mode keeps the stride-32 level at ceil(H/32) for inputs not divisible by 32
     return nn.MaxPool2d(kernel_size=factor, stride=factor, ceil_mode=True)
+
+
+def _wants_fast_layers(choice: FastLayers) -> bool:
+    """``fast_layers`` decided: ``'auto'`` is on without a GPU and off with one, said in the log."""
+    if choice != 'auto':
+        return choice
+    if torch.cuda.is_available():
+        print_log('XCiT: plain layers on cuda: the fast set has not been measured on a GPU', logger='current')
+        return False
+    print_log('XCiT: fast layers on: no GPU in this run (fast_layers=False gives the plain layers)',
+              logger='current')
+    return True
 
 
 @MODELS.register_module()
@@ -78,9 +93,12 @@ class XCiT(BaseModule):
             ``'selective'`` also keeps the matrix products' outputs and recomputes the cheap
             operators between them (norms, GELU, LPI, softmax), saving less memory for less time.
         channels_last: run the patch embedding and pyramid convolutions in channels_last
-            memory format; the token maps then become (B, D, Hp, Wp) views of the tokens. On a
-            CPU, inputs and token maps are channels_last in any case (faster convolutions there),
-            so the pyramid's outputs are channels_last; the option also converts the weights.
+            memory format (inputs and weights); the token maps are (B, D, Hp, Wp) views of the
+            tokens, channels_last, in any case.
+        fast_layers: replace the layers by the speed-ups of ``models/fast/`` (the same function
+            and parameters, less memory and time on CPUs), decided once here: ``'auto'`` installs
+            them where no GPU is present and says so in the log; ``True`` / ``False`` always / never.
+            FLOP counting and ONNX export build with ``False``.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH_OR_URL, sha256=None)`` loads the authors',
             timm's or this toolkit's weights (see ``weights.load_backbone_weights``).
     """
@@ -104,6 +122,7 @@ class XCiT(BaseModule):
                  norm_eval: bool = False,
                  with_cp: CheckpointMode = False,
                  channels_last: bool = False,
+                 fast_layers: FastLayers = 'auto',
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if arch not in PRESETS:
@@ -129,6 +148,8 @@ class XCiT(BaseModule):
         modes = typing.get_args(CheckpointMode)
         if not any(with_cp == mode and type(with_cp) is type(mode) for mode in modes):  # True, not 1
             raise ValueError(f"with_cp must be one of {', '.join(map(repr, modes))}; got {with_cp!r}")
+        if not (fast_layers == 'auto' or isinstance(fast_layers, bool)):
+            raise ValueError(f"fast_layers must be 'auto', True or False; got {fast_layers!r}")
         self.out_indices = out_indices
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
@@ -156,6 +177,9 @@ class XCiT(BaseModule):
         if channels_last:
             for module in (self.patch_embed, self.fpn1, self.fpn2):
                 module.to(memory_format=torch.channels_last)
+        self.fast_layers = _wants_fast_layers(fast_layers)
+        if self.fast_layers:
+            install_fast_layers(self)
         self._freeze_stages()
 
     def init_weights(self) -> None:
@@ -207,8 +231,7 @@ class XCiT(BaseModule):
     def forward_token_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Token maps (B, D, Hp, Wp) after the blocks in ``out_indices``, before the pyramid."""
         B = x.shape[0]
-        token_views = self.channels_last or use_cpu_layouts(x)
-        if token_views:  # faster convs (on a CPU in any case); the tokens come out contiguous
+        if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         x, (Hp, Wp) = self.patch_embed(x)
         x = x + self.pos_embed(B, Hp, Wp).flatten(2).transpose(1, 2)
@@ -216,16 +239,13 @@ class XCiT(BaseModule):
         maps = []
         for i, block in enumerate(self.blocks[:self.out_indices[-1] + 1]):
             # every block that trains, the first after frozen stages too (its input needs no grad)
-            if self.with_cp and torch.is_grad_enabled() and i >= max(self.frozen_stages, 0):
+            if self.with_cp and self.training and i >= max(self.frozen_stages, 0):
                 contexts = _selective_contexts if self.with_cp == 'selective' else cp.noop_context_fn
                 x = cp.checkpoint(block, x, Hp, Wp, use_reentrant=False, context_fn=contexts)
             else:
                 x = block(x, Hp, Wp)
-            if i in self.out_indices:
-                if token_views:  # a channels_last-strided view, no copy
-                    maps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
-                else:
-                    maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))
+            if i in self.out_indices:  # of the contiguous tokens: a channels_last view, no copy
+                maps.append(x.transpose(1, 2).reshape(B, -1, Hp, Wp))
         return maps
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:

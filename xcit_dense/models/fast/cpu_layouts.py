@@ -1,10 +1,10 @@
 """The CPU layouts: XCA, LPI, the MLP's GELU, the block residuals and the pyramid's transposed
 convolutions laid out for eager CPU runs.
 
-Each is the same function as the reference layout in ``layers.py`` (what GPUs run, the model as
-defined), arranged to copy less memory on a CPU. The layers ask :func:`use_cpu_layouts` once per
-call, the one switch between the two: traced, exported or compiled graphs (FLOPs counting, ONNX,
-``torch.compile``), GPUs and :func:`reference_layout` blocks get the reference layout.
+Each is the same function as the plain layer in ``models/layers.py`` (the model as defined),
+arranged to copy less memory on a CPU. The fast layers ask :func:`use_cpu_layouts` once per call:
+traced, exported or compiled graphs (``torch.compile``), GPUs and :func:`reference_layout` blocks
+get the plain layout (with the functions of ``recompute.py``).
 """
 import contextvars
 from contextlib import contextmanager
@@ -21,8 +21,8 @@ _ENABLED = contextvars.ContextVar('xcit_cpu_layouts', default=True)
 
 @contextmanager
 def reference_layout() -> Iterator[None]:
-    """Run the reference layout (what GPUs run) on the CPU too, inside the block: how the tests
-    reach the GPU path's gradients, training mode and ``with_cp`` without a GPU."""
+    """Run the fast layers' plain layout (what they run on GPUs) on the CPU too, inside the block: how
+    the tests and benchmarks reach that path without a GPU."""
     token = _ENABLED.set(False)
     try:
         yield
@@ -31,7 +31,7 @@ def reference_layout() -> Iterator[None]:
 
 
 def use_cpu_layouts(x: torch.Tensor) -> bool:
-    """Whether the layers run their CPU layout on ``x``: eager runs on a CPU, outside
+    """Whether the fast layers run their CPU layout on ``x``: eager runs on a CPU, outside
     :func:`reference_layout` blocks."""
     return (x.device.type == 'cpu' and _ENABLED.get() and not torch.jit.is_tracing()
             and not torch.compiler.is_compiling())
@@ -44,7 +44,7 @@ def gelu(act: nn.GELU, x: torch.Tensor) -> torch.Tensor:
 
 def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
         norm: Optional[nn.Module] = None) -> torch.Tensor:
-    """``layers.XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection
+    """``XCA``'s map on the (B, N, 3C) qkv as laid out, attn @ v folded into the projection
     (and ``scale``, where given, into the projection's weight and bias; ``norm`` applied first).
 
     The token-axis L2 norms become column sums and scale the small (d x d) products instead
@@ -69,7 +69,7 @@ def xca(attn: nn.Module, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
 
 def lpi(lpi: nn.Module, x: torch.Tensor, height: int, width: int,
         scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``layers.LPI`` on the tokens seen as a channels_last map: no copy either way."""
+    """``LPI`` on the tokens seen as a channels_last map: no copy either way."""
     B, N, C = x.shape
     x = x.reshape(B, height, width, C).permute(0, 3, 1, 2)
     x = scaled_layer(lpi.conv2, lpi.bn(gelu(lpi.act, lpi.conv1(x))), scale)
@@ -115,8 +115,8 @@ class _UpConv2x2(torch.autograd.Function):
             pixels = x.permute(0, 2, 3, 1).reshape(B * H * W, C_in)
             grad_weight = (pixels.t() @ blocks.reshape(B * H * W, 4 * C_out)).view(C_in, 2, 2, C_out)
             grad_weight = grad_weight.permute(0, 3, 1, 2)
-        if ctx.needs_input_grad[2]:  # False without a bias
-            grad_bias = grad.sum((0, 2, 3))
+        if ctx.needs_input_grad[2]:  # False without a bias; a bfloat16 gradient summed in float32
+            grad_bias = grad.sum((0, 2, 3), dtype=torch.promote_types(grad.dtype, torch.float32))
         return grad_x, grad_weight, grad_bias
 
 

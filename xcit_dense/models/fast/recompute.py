@@ -7,7 +7,8 @@ Under autocast they compute in the dtypes autocast gives the plain operators (ma
 the autocast dtype, norms in float32); their backward casts the same way. ``scaled_weights`` folds
 the blocks' layer scales into the weights before them, so that nothing of the tokens' size is kept
 for the scales' gradients. The layers use all this only where a gradient is wanted and nothing
-traces the graph (FLOP counting, ONNX export see the plain operators).
+traces the graph (FLOP counting, ONNX export see the plain operators); the fast layers
+(``fast_layers.py``) call them.
 """
 from typing import Optional, Tuple
 

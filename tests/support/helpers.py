@@ -412,3 +412,18 @@ def assert_matches(weights: Dict[str, torch.Tensor], reference: Dict[str, torch.
     assert weights.keys() == reference.keys()
     for key, value in reference.items():
         torch.testing.assert_close(weights[key], value, rtol=rtol, atol=1e-7, msg=key)
+
+
+@contextlib.contextmanager
+def log_records():
+    """The records the current MMEngine logger emits inside the block."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_instance('xcit_dense_test', log_level='INFO')  # the current logger
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)

@@ -1,33 +1,17 @@
 """torch.compile of the backbone as the run applies it (engine/compile.py): the same numbers, one
 warning and eager where compiling fails (the backward included), no graph per input size, and the
 config's ``model.backbone.compile`` taken by the run, not the model."""
-import contextlib
 import functools
 import logging
 
 import pytest
 import torch
-from mmengine.logging import MMLogger
 from torch._dynamo.backends.common import aot_autograd
 
-from helpers import randomize_
+from helpers import log_records, randomize_
 from xcit_dense.engine import compile as compile_module
 from xcit_dense.engine.compile import compile_forward, take_compile_option
 from xcit_dense.engine.config_check import check_backbone
-
-
-@contextlib.contextmanager
-def log_records():
-    """The records the current MMEngine logger emits inside the block."""
-    logger = MMLogger.get_instance('xcit_dense_compile_test', log_level='INFO')  # the current logger
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
 
 
 def _compiled_with(monkeypatch, **compile_kwargs) -> None:

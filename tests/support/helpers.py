@@ -418,7 +418,7 @@ def assert_matches(weights: Dict[str, torch.Tensor], reference: Dict[str, torch.
 def log_records():
     """The records the current MMEngine logger emits inside the block."""
     from mmengine.logging import MMLogger
-    logger = MMLogger.get_instance('xcit_dense_test', log_level='INFO')  # the current logger
+    logger = MMLogger.get_current_instance()  # where print_log(logger='current') writes
     records = []
     handler = logging.Handler()
     handler.emit = records.append

@@ -57,8 +57,8 @@ def disagreements(path: Path) -> List[str]:
     if checkpoint.startswith('http') and patch in PATCH_SIZES and checkpoint != preset.weights_url(patch):
         found.append(f'pretrained {checkpoint}, the preset has {preset.weights_url(patch)}')
     # the modules reading the pyramid are as wide as the backbone
-    reader = model.get('neck') or model.decode_head
-    widths = {'neck' if model.get('neck') else 'decode_head': list(reader.in_channels)}
+    part = next(part for part in ('neck', 'decode_head', 'panoptic_head') if model.get(part))
+    widths = {part: list(model[part].in_channels)}
     if model.get('auxiliary_head'):
         widths['auxiliary_head'] = [model.auxiliary_head.in_channels]
     found += [f'{part} in_channels {width}, the preset has {preset.embed_dims}'
@@ -67,10 +67,12 @@ def disagreements(path: Path) -> List[str]:
 
 
 def test_every_config_is_checked():
-    """The recipes (24), the two demos, the custom dataset example and the layer-decay example."""
+    """The recipes (24), the two demos, the custom dataset example and the three examples (layer decay,
+    RetinaNet, Mask2Former)."""
     names = {p.relative_to(ROOT / 'configs').as_posix() for p in CONFIGS}
-    assert len(names) == 28 and 'custom_dataset_example.py' in names
-    assert 'examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py' in names
+    assert len(names) == 30 and 'custom_dataset_example.py' in names
+    assert {'examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py', 'examples/retinanet_xcit_tiny_12_p16_1x_coco.py',
+            'examples/mask2former_xcit_tiny_12_p16_lsj_50e_coco.py'} <= names
     assert {'demo/mask_rcnn_xcit_tiny_12_p16_demo.py', 'demo/upernet_xcit_tiny_12_p16_demo.py'} <= names
 
 

@@ -133,7 +133,10 @@ def test_pyramid_upsampling(memory_format):
 
 
 @pytest.mark.usefixtures('layout')
-@pytest.mark.parametrize('train, with_cp', [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize('train, with_cp', [
+    (False, False), (True, False),
+    pytest.param(True, True, marks=pytest.mark.slow),  # the costliest case (about 20 s on 2 cores): slow stage
+])
 def test_backbone(tiny_xcit, train, with_cp):
     plain = randomize_(tiny_xcit(embed_dims=32, fast_layers=False, with_cp=with_cp, drop_path_rate=0.2), 7)
     assert_fast_equals_plain(plain, _randn(2, 3, 40, 56, seed=7), train=train)  # not divisible by 32

@@ -114,23 +114,6 @@ def test_a_backward_that_fails_to_compile_falls_back_before_the_step(tiny_xcit, 
         torch.testing.assert_close(grads[name].grad, param.grad, rtol=0, atol=0, msg=name)
 
 
-@pytest.mark.slow  # dynamo traces with symbolic sizes (about 10 s on 2 idle cores)
-def test_compiled_training_builds_one_graph_for_every_input_size(tiny_xcit, monkeypatch):
-    """Multi-scale training: the sizes are dynamic from the first call, so no later size compiles
-    again (on one rank while its peers wait in the all-reduce under the step bound)."""
-    from torch._dynamo.utils import counters
-    _compiled_with(monkeypatch, backend='eager')
-    counters.clear()
-    model = tiny_xcit(**SMALLEST).train()
-    forward = compile_forward(model)
-    graphs = []
-    for batch, height, width in ((2, 48, 64), (3, 64, 48), (2, 32, 96)):
-        model(torch.randn(batch, 3, height, width))
-        graphs.append(counters['stats']['unique_graphs'])
-    assert not forward.failed
-    assert graphs == [1, 1, 1], graphs
-
-
 def test_the_run_takes_the_compile_key_from_the_backbone_config():
     cfg = dict(type='MaskRCNN', backbone=dict(type='XCiT', compile=True, channels_last=True))
     model_cfg, compile_backbone = take_compile_option(cfg)

@@ -8,10 +8,10 @@ A compile cannot stop a run:
 - the backward is compiled with the forward (torch's ``force_non_lazy_backward_lowering``), not
   lazily at the first ``loss.backward()``, so a backward that fails to compile raises inside the
   compiled call, where the fallback catches it, instead of from ``backward()`` outside it;
-- no rank recompiles after the first step while its peers wait in the gradient all-reduce under the
-  step bound: the input's batch, height and width are marked dynamic before the first call, so the
-  first graph serves every later size of multi-scale training (a batch of one image still gets a
-  graph of its own: dynamo specialises sizes 0 and 1).
+- sizes are not marked dynamic: inductor (torch 2.14) cannot lower XCiT with symbolic height and
+  width on CPUs ("cannot determine truth value of Relational"), so every graph is compiled for one
+  input size, and a new size of multi-scale training compiles again (dynamo's own automatic dynamic
+  shapes then try symbolic sizes, and where inductor refuses them the run goes on eagerly).
 
 Only dynamo's errors count as a failure to compile (inductor's come wrapped in
 BackendCompilerFailed). Anything else, such as an out-of-memory while the compiled code runs, is the
@@ -32,7 +32,6 @@ from ..models.c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compi
 
 COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
 COMPILE_KEY = 'compile'  # in the backbone's config: read and removed by the run before the model is built
-DYNAMIC_DIMS = (0, 2, 3)  # of an image batch (B, C, H, W)
 
 
 def is_compile_failure(exc: BaseException) -> bool:
@@ -60,10 +59,6 @@ class CompiledForward:
             self._run_eagerly('torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and none was '
                               f"found ({', '.join(COMPILER_VARIABLES + COMPILER_NAMES)}): running eagerly")
             return eager(module, *args, **kwargs)
-        for x in args:
-            if isinstance(x, torch.Tensor) and x.dim() == 4:
-                for dim in DYNAMIC_DIMS:
-                    torch._dynamo.maybe_mark_dynamic(x, dim)
         try:
             with functorch_config.patch(force_non_lazy_backward_lowering=True):
                 return _compiled(eager)(module, *args, **kwargs)

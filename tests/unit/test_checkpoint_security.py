@@ -19,7 +19,7 @@ import torch
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
-from checkpoint_attacks import key_of, zip_of
+from checkpoint_attacks import Reduce, key_of, zip_of
 from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
 from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
 from xcit_dense.models.checkpoint_schemes import install_checked_schemes
@@ -82,20 +82,6 @@ def test_a_toolkit_checkpoint_with_logs_numpy_and_rng_states_still_loads(tmp_pat
     assert loaded['meta']['empty'].shape == (0,)  # its data pickled as bytes(), refused by the old list
 
 
-class Crafted:
-    """Pickled as ``func(*args)``, then given ``state`` (BUILD) or ``items`` (SETITEMS), as a crafted file
-    would be written."""
-
-    def __init__(self, func, args, state=None, items=None) -> None:
-        self.func, self.args, self.state, self.items = func, args, state, items
-
-    def __call__(self):  # the pickler takes only callables as functions
-        raise NotImplementedError
-
-    def __reduce__(self):
-        return (self.func, self.args, self.state, None, iter(self.items) if self.items else None)
-
-
 def _tensor_args():
     return (torch.zeros(2).storage(), 0, (2,), (1,), False, OrderedDict())
 
@@ -103,14 +89,14 @@ def _tensor_args():
 # values built from names that are allowed, used as no real checkpoint uses them (a list of names and a
 # scan of the opcodes let the state of a tensor through: torch's legacy set_(), a view charged nothing)
 CRAFTED = {
-    'a call of a value': (lambda: Crafted(Crafted(getattr, (HistoryBuffer, 'mean')), (HistoryBuffer([1.0], [1]),)),
+    'a call of a value': (lambda: Reduce(Reduce(getattr, (HistoryBuffer, 'mean')), (HistoryBuffer([1.0], [1]),)),
                           'a call of function'),
-    'the state of a tensor': (lambda: Crafted(torch._utils._rebuild_tensor_v2, _tensor_args(),
+    'the state of a tensor': (lambda: Reduce(torch._utils._rebuild_tensor_v2, _tensor_args(),
                                               state=(torch.zeros(4).storage(), 0, (2,), (2,))),
                               'setting the state of a Tensor'),
-    'an item set into a tensor': (lambda: Crafted(torch._utils._rebuild_tensor_v2, _tensor_args(), items=[(0, 1.0)]),
+    'an item set into a tensor': (lambda: Reduce(torch._utils._rebuild_tensor_v2, _tensor_args(), items=[(0, 1.0)]),
                                   'into a Tensor is refused'),
-    'an object dtype': (lambda: Crafted(np.dtype, ('O8', False, True)), "numpy.dtype('O8') is refused"),
+    'an object dtype': (lambda: Reduce(np.dtype, ('O8', False, True)), "numpy.dtype('O8') is refused"),
 }
 
 

@@ -10,10 +10,19 @@ views (the parameter's) and warns "Grad strides do not match bucket view strides
 same, so ``GradLayoutDDP`` gives each such gradient the parameter's strides (a view, no copy) as soon
 as it is accumulated, before the reducer sees it.
 """
+import inspect
+
 import torch
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
+
+
+# Buffers (BN's running statistics) stay per process: not synced at each forward. torch 2.13 renamed
+# the option (``broadcast_buffers`` is deprecated there, and ``forward_sync_buffers`` unknown before).
+_DDP_OPTIONS = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+_BUFFER_SYNC_OPTION = 'forward_sync_buffers' if 'forward_sync_buffers' in _DDP_OPTIONS else 'broadcast_buffers'
+NO_FORWARD_BUFFER_SYNC = {_BUFFER_SYNC_OPTION: False}
 
 
 def same_memory_order(grad: torch.Tensor, param: torch.Tensor) -> bool:

@@ -22,6 +22,7 @@ from ..checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
+from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
 from .hooks import TOOLKIT_HOOKS
 from .optim_wrappers import GUARDED
@@ -68,8 +69,7 @@ def adapt_to_machine(cfg: Config) -> None:
             reason = 'one process' if not grouped else 'no GPU'
             print_log(f'SyncBN replaced by BN ({reason})', logger='current')
     if grouped:
-        # BN keeps running statistics per process: buffers are not synced in the forward
-        wrapper = dict(type='GradLayoutDDP', forward_sync_buffers=False,
+        wrapper = dict(type='GradLayoutDDP', **NO_FORWARD_BUFFER_SYNC,
                        find_unused_parameters=cfg.get('find_unused_parameters', False))
         wrapper.update(cfg.get('model_wrapper_cfg') or {})
         # a CPU module takes no device ids

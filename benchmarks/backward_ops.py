@@ -29,8 +29,7 @@ import torch
 from mmengine.logging import MMLogger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.whole_model import (WholeModel, backward_aten_seconds,  # noqa: E402
-                                    backward_node_seconds)
+from benchmarks.whole_model import WholeModel, backward_aten_seconds, backward_node_seconds  # noqa: E402
 
 MODELS = ('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t')
 

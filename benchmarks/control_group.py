@@ -35,8 +35,9 @@ def worker(args: argparse.Namespace) -> None:
     """One rank: join, time the control group's set-up and the agreements, write the figures."""
     os.environ.update(MASTER_ADDR=args.master, MASTER_PORT=str(PORT), RANK=str(args.rank),
                       WORLD_SIZE=str(args.world), GLOO_SOCKET_IFNAME='eth0')
-    import torch.distributed as dist
     from datetime import timedelta
+
+    import torch.distributed as dist
 
     from xcit_dense.engine import collectives
 

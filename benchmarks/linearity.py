@@ -12,10 +12,11 @@ from typing import Dict, List, Tuple
 
 import torch
 
+from xcit_dense.models.xcit import XCiT
+
 from .catalogue import BenchTimmXCiTPyramid
 from .measure import tensor_peak_bytes
 from .targets import TARGETS, met
-from xcit_dense.models.xcit import XCiT
 
 
 def _inference(model: torch.nn.Module, x: torch.Tensor):

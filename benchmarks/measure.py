@@ -23,6 +23,7 @@ from torch import nn
 
 from xcit_dense.engine.compile import compile_forward
 from xcit_dense.tasks import SEGMENTATION, TASKS, Task, task_of_model
+
 from .catalogue import MODELS, BenchTimmXCiTPyramid
 from .sizes import hw
 

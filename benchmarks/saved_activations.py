@@ -41,8 +41,9 @@ MODELS = {
 
 def build(name: str, with_cp, fast: bool = True) -> nn.Module:
     import mmdet.models  # noqa: F401  (registers mmdet's backbones)
-    import xcit_dense  # noqa: F401
     from mmengine.registry import MODELS as REGISTRY
+
+    import xcit_dense  # noqa: F401
     cfg = dict(MODELS[name])
     if with_cp:
         cfg['with_cp'] = with_cp
@@ -140,6 +141,7 @@ def measure(name: str, size: Tuple[int, int], batch: int, layout: str, plain: bo
 def peak_with_cp(name: str, size: Tuple[int, int], batch: int, layout: str, with_cp) -> int:
     """Peak tensor bytes of forward + backward (allocations the profiler saw), above the model and input."""
     from torch.profiler import ProfilerActivity, profile
+
     from xcit_dense.models.fast.cpu_layouts import reference_layout
     torch.manual_seed(0)
     model = build(name, with_cp)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 from xcit_dense.tasks import task_of_model
+
 from .catalogue import MODELS
 from .measure import random_samples, tensor_peak_bytes
 

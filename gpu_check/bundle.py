@@ -8,7 +8,8 @@ mmcv-lite, whose mmcv._ext the toolkit's xcit_mmcv_ext serves: nothing is compil
 there with --no-deps: mmcv and mmengine ask for opencv-python, the machine has
 opencv-python-headless), manifest.json their sizes and hashes. It then checks that every
 requirement of a bundled wheel is bundled at a fitting version or among what the machine has
-(MACHINE_HAS), and that pip resolves the bundle offline for that Python, as the machine's install will. Exits 1, naming them, when either check fails.
+(MACHINE_HAS), and that pip resolves the bundle offline for that Python, as the machine's install will.
+Exits 1, naming them, when either check fails.
 """
 import argparse
 import hashlib

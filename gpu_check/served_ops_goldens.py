@@ -63,8 +63,15 @@ def _grads(output: torch.Tensor, tensors: List[torch.Tensor], seed: torch.Tensor
 
 def run_ops(inputs: Dict[str, torch.Tensor], device: Union[str, torch.device]) -> Dict[str, torch.Tensor]:
     """The installed ``mmcv.ops`` on ``device``: outputs and gradients, on the CPU in float32."""
-    from mmcv.ops import (bbox_overlaps, deform_conv2d, masked_conv2d, modulated_deform_conv2d, roi_pool,
-                          sigmoid_focal_loss, softmax_focal_loss)
+    from mmcv.ops import (
+        bbox_overlaps,
+        deform_conv2d,
+        masked_conv2d,
+        modulated_deform_conv2d,
+        roi_pool,
+        sigmoid_focal_loss,
+        softmax_focal_loss,
+    )
     from mmcv.ops.multi_scale_deform_attn import MultiScaleDeformableAttnFunction
     t = {k: v.to(device) for k, v in inputs.items()}
     seed, out = t['grad_seed'], {}

@@ -28,9 +28,9 @@ if INDUCTOR_CACHE:
 from xcit_launch.entry_point import prepare_process  # noqa: E402
 
 prepare_process()  # the session is an entry point: OpenCV's pixel limit before cv2 loads, the known filters
+from helpers import CAPABILITY_MISSING, ROOT, env, hooked_config, repo_state, run, sgd_config, train_cmd  # noqa: E402
+
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
-from helpers import (CAPABILITY_MISSING, ROOT, env, hooked_config, repo_state, run, sgd_config,  # noqa: E402
-                     train_cmd)
 
 torch.set_num_threads(2)
 

@@ -16,8 +16,8 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -25,14 +25,14 @@ from typing import Callable, Dict, List, Tuple
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
-import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-
 import numpy as np
+from faster_coco_eval import COCO as FastCOCO, COCOeval_faster
 from mmdet.evaluation.metrics import CocoMetric
 from mmengine.logging import MMLogger
 from pycocotools.coco import COCO as PyCOCO
 from pycocotools.cocoeval import COCOeval as PyCOCOeval
-from faster_coco_eval import COCO as FastCOCO, COCOeval_faster
+
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
 from benchmarks.coco_eval import synthetic_detections, synthetic_ground_truth  # noqa: E402

@@ -44,11 +44,12 @@ def main() -> None:
     import torch
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
-    import xcit_dense  # noqa: F401
+    from mmdet.registry import DATASETS
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.utils import import_modules_from_strings
-    from mmdet.registry import DATASETS
+
+    import xcit_dense  # noqa: F401
     from benchmarks.data_pipeline import write_coco_like_set
 
     tmp = Path(tempfile.mkdtemp(prefix='xcit_pipeline_'))
@@ -76,17 +77,20 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)  # the generated set is only for this run
     wall_rate, cpu_rate = len(walls) / sum(walls), len(cpus) / sum(cpus)
     need = args.images_per_step / args.step_s
+    widths = sorted(set(dataset.get_data_info(i)['width'] for i in range(len(dataset))))
     lines = [
         f'config: {args.config} (train pipeline), {len(walls)} images timed after {args.warmup} warm-up, '
         f'load average {load:.2f} -> {load_after:.2f} (2 cores, busy)',
-        f'generated set: {len(instances)} images of COCO sizes {sorted(set(dataset.get_data_info(i)["width"] for i in range(len(dataset))))} '
+        f'generated set: {len(instances)} images of COCO sizes {widths} '
         f'px wide, instances per image mean {statistics.mean(instances):.1f}, max {max(instances)}; '
         f'pipeline outputs up to {max(h for h, _ in out_sizes)}x{max(w for _, w in out_sizes)}',
         '',
         '| per worker process | ms per image (median) | ms per image (mean) | images/s |',
         '|---|---|---|---|',
-        f'| wall time (under load) | {1e3 * statistics.median(walls):.1f} | {1e3 * statistics.mean(walls):.1f} | {wall_rate:.1f} |',
-        f'| CPU time (one free core) | {1e3 * statistics.median(cpus):.1f} | {1e3 * statistics.mean(cpus):.1f} | {cpu_rate:.1f} |',
+        f'| wall time (under load) | {1e3 * statistics.median(walls):.1f} | {1e3 * statistics.mean(walls):.1f} '
+        f'| {wall_rate:.1f} |',
+        f'| CPU time (one free core) | {1e3 * statistics.median(cpus):.1f} | {1e3 * statistics.mean(cpus):.1f} '
+        f'| {cpu_rate:.1f} |',
         '',
         f'GPU step assumed: {args.images_per_step} images every {args.step_s:.3f} s = {need:.1f} images/s per GPU; '
         f'source: {STEP_SOURCE if args.step_s == ASSUMED_STEP_S else "--step-s"}',

@@ -65,6 +65,7 @@ def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
 def _allreduce_worker(rank: int, port: int, calls: int, queue) -> None:
     """One of 2 gloo processes: time ``agree_on_max`` right after a barrier (its own latency)."""
     import torch.distributed as dist
+
     from xcit_dense.engine.collectives import agree_on_max, meet
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     dist.init_process_group('gloo', rank=rank, world_size=2)
@@ -162,7 +163,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
         hook_rows = [[k.split('/', 1)[1], f'{1e6 * statistics.median(p.get(k, 0.0) for p in parts):.1f}',
                       f'{100 * statistics.median(p.get(k, 0.0) for p in parts) / iteration:.4f} %']
                      for k in keys if k.startswith('hook/')]
-        out += ['### each hook\'s own time per iteration (before_train_iter + after_train_iter), timed in the "on" run', '',
+        out += ['### each hook\'s own time per iteration (before_train_iter + after_train_iter), '
+                'timed in the "on" run', '',
                 table(hook_rows, ['hook', 'us/iter', 'share of an iteration']), '']
     if 'dist' in args.parts and args.procs > 1:
         print(f'{args.procs} processes (tools/dist_train.sh, gloo on CPU):')

@@ -167,7 +167,8 @@ def main() -> None:
         lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances,
                          fixed_proposals=args.fixed_proposals)
     lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
-              f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} --instances {args.instances}'
+              f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} '
+              f'--instances {args.instances}'
               + (f' --extra {" ".join(args.extra)}' if args.extra else '') + (' --roi-check' if args.roi_check else '')
               + (f' --variants {" ".join(args.variants)}' if args.variants else '')
               + (' --fixed-proposals' if args.fixed_proposals else '')

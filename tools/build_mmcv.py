@@ -1,7 +1,8 @@
 """Find or compile an mmcv wheel with its ops for the installed torch (xcit_launch/mmcv_build.py).
 
 Run by tools/install.sh before the package is installed: prints the wheel to install on stdout.
-  python tools/build_mmcv.py --version 2.1.0 --cache ~/.cache/xcit-dense [--check] [--sdist F --offline --ops nms,roi_align]
+  python tools/build_mmcv.py --version 2.1.0 --cache ~/.cache/xcit-dense [--check]
+      [--sdist F --offline --ops nms,roi_align]
 """
 import sys
 from pathlib import Path

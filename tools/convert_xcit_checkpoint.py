@@ -15,13 +15,17 @@ from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-
-from xcit_dense.checkpoint import load_weights_only, write_checkpoint
-from xcit_dense.models.weights import (backbone_signature, from_released_layout, is_released_layout,
-                                       load_backbone_weights, read_checkpoint, to_backbone_layout)
+from xcit_dense.checkpoint import CheckpointError, load_weights_only, write_checkpoint
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
+from xcit_dense.models.weights import (
+    backbone_signature,
+    from_released_layout,
+    is_released_layout,
+    load_backbone_weights,
+    read_checkpoint,
+    to_backbone_layout,
+)
 from xcit_dense.models.xcit import XCiT
-from xcit_dense.checkpoint import CheckpointError
 
 
 def convert_released(raw: dict, src: str, dst: str) -> None:

@@ -11,11 +11,10 @@ import os
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
-import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-
 import timm
 import torch
 
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.builder import build_model
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT

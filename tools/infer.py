@@ -19,7 +19,6 @@ from typing import Iterator, List
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
-import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 import mmcv
 import numpy as np
 import torch.nn.functional as F
@@ -28,17 +27,24 @@ from mmengine.structures import PixelData
 from PIL import Image
 from tqdm import tqdm
 
-from xcit_launch.known_warnings import KnownLogMessages
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.builder import load_config
-from xcit_dense.datasets.palette import complete_palette
-from xcit_dense.datasets.files import check_image_file, decode_image
-from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
-from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
-from xcit_dense.inference import (DRAWN_OVERLAP_IOU, build_inferencer, default_device, drawing_sample,
-                                  predict_image, prediction_record)
-from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.checkpoint import CheckpointError
+from xcit_dense.datasets.files import check_image_file, decode_image
+from xcit_dense.datasets.palette import complete_palette
+from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
+from xcit_dense.inference import (
+    DRAWN_OVERLAP_IOU,
+    build_inferencer,
+    default_device,
+    drawing_sample,
+    predict_image,
+    prediction_record,
+)
+from xcit_dense.pictures import draw_picture, picture_name
+from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.tasks import Task, task_of_config
+from xcit_launch.known_warnings import KnownLogMessages
 
 
 def parse_args() -> argparse.Namespace:

@@ -10,17 +10,17 @@ from typing import Optional
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
-import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.checkpoint import CheckpointError, local_checkpoint
-from xcit_dense.models.weights import check_matches_model, read_checkpoint
 from xcit_dense.datasets.loaded_size import loader_color_type
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
+from xcit_dense.models.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
 
 

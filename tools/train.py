@@ -6,10 +6,10 @@ from typing import Optional
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
-import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
+import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.data_files import check_data_files
 from xcit_dense.datasets.problems import bad_sample_message

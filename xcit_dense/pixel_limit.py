@@ -19,8 +19,8 @@ DEFAULT_MAX_BYTES = 256 * 2 ** 20
 MAX_BYTES_KEY = 'max_image_bytes'
 OPENCV_OWN_DEFAULT = 2 ** 30  # OpenCV's limit where the variable is unset when it loads
 
-__all__ = ['DEFAULT_MAX_BYTES', 'DEFAULT_MAX_PIXELS', 'MAX_BYTES_KEY', 'MAX_PIXELS_KEY', 'OPENCV_LIMIT_VAR', 'OPENCV_OWN_DEFAULT',
-           'opencv_limit']
+__all__ = ['DEFAULT_MAX_BYTES', 'DEFAULT_MAX_PIXELS', 'MAX_BYTES_KEY', 'MAX_PIXELS_KEY', 'OPENCV_LIMIT_VAR',
+           'OPENCV_OWN_DEFAULT', 'opencv_limit']
 
 
 def opencv_limit() -> int:

@@ -4,11 +4,19 @@ It holds mmcv 2.1.0's served functions under mmcv's names, the two build-informa
 mmcv's ``collect_env`` calls, and a raising function for every other name (``left_out``).
 """
 from xcit_mmcv_ext.bbox_overlaps import bbox_overlaps
-from xcit_mmcv_ext.deform_conv import (deform_conv_backward_input, deform_conv_backward_parameters,
-                                       deform_conv_forward, modulated_deform_conv_backward,
-                                       modulated_deform_conv_forward)
-from xcit_mmcv_ext.focal_loss import (sigmoid_focal_loss_backward, sigmoid_focal_loss_forward,
-                                      softmax_focal_loss_backward, softmax_focal_loss_forward)
+from xcit_mmcv_ext.deform_conv import (
+    deform_conv_backward_input,
+    deform_conv_backward_parameters,
+    deform_conv_forward,
+    modulated_deform_conv_backward,
+    modulated_deform_conv_forward,
+)
+from xcit_mmcv_ext.focal_loss import (
+    sigmoid_focal_loss_backward,
+    sigmoid_focal_loss_forward,
+    softmax_focal_loss_backward,
+    softmax_focal_loss_forward,
+)
 from xcit_mmcv_ext.left_out import LEFT_OUT, left_out_op
 from xcit_mmcv_ext.masked_conv import masked_col2im_forward, masked_im2col_forward
 from xcit_mmcv_ext.ms_deform_attn import ms_deform_attn_backward, ms_deform_attn_forward

@@ -7,10 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Iterator, List
 
+import netns
 import pytest
 import torch
-
-import netns
 from helpers import ROOT, assert_matches, env, rank_weights, read_log, report, require_capability, sgd_config
 
 pytestmark = pytest.mark.cluster

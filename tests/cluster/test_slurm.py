@@ -5,9 +5,8 @@ import time
 from typing import Iterator
 
 import pytest
-import torch
-
 import slurm_cluster
+import torch
 from helpers import ROOT, free_port, hooked_config, launch_env, read_log, require_capability, run
 
 pytestmark = pytest.mark.cluster

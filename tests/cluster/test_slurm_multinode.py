@@ -11,14 +11,23 @@ import time
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-import pytest
-import torch
-
 import netns
+import pytest
 import slurm_cluster
 import slurm_netns
-from helpers import (ROOT, assert_matches, env, rank_weights, read_log, report, require_capability, sgd_config,
-                     spawned, wait_for)
+import torch
+from helpers import (
+    ROOT,
+    assert_matches,
+    env,
+    rank_weights,
+    read_log,
+    report,
+    require_capability,
+    sgd_config,
+    spawned,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -6,14 +6,14 @@ import sys
 
 import pytest
 import torch
-
 from helpers import ROOT, randomize_, run
+
 from benchmarks.cli import parse_args
 from benchmarks.measure import build
 from benchmarks.report import CSV_COLUMNS, growth, markdown
-from benchmarks.targets import TARGETS, compute_ratios, met
 from benchmarks.runs import job_spec, run_jobs
 from benchmarks.sizes import Size, label, parse_size
+from benchmarks.targets import TARGETS, compute_ratios, met
 from xcit_dense.models.xcit import XCiT
 
 NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_mb', 'baseline_mem_mb')
@@ -65,8 +65,9 @@ def test_a_run_over_the_memory_limit_is_killed_and_marked_skipped():
 
 def test_timm_reference_shares_the_weights_and_pyramid():
     """The timm XCiT + plain-torch pyramid computes what this toolkit's backbone computes."""
-    import benchmarks.catalogue  # noqa: F401  (registers the reference models)
     from mmengine.registry import MODELS
+
+    import benchmarks.catalogue  # noqa: F401  (registers the reference models)
     ours = randomize_(XCiT(arch='tiny_12', patch_size=16), seed=1).eval()
     ref = MODELS.get('BenchTimmXCiTPyramid')('tiny_12', 16, source=ours).eval()
     x = torch.randn(1, 3, 64, 96)

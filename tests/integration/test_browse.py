@@ -4,10 +4,10 @@ import json
 import sys
 
 import pytest
+from helpers import ROOT, run
 from mmengine.config import Config
 from PIL import Image
 
-from helpers import ROOT, run
 from xcit_dense.datasets.browse import CELL, browse_training_samples
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
@@ -42,6 +42,7 @@ def test_own_data_with_twenty_classes_trains_tests_and_infers(tmp_path):
     results.json; infer warned about the registry scope, the visualizer's folder and boxes touching the
     edge)."""
     from voc_sample import VOC_CLASSES, user_config, write_voc_coco
+
     from xcit_dense.builder import load_config
     root = write_voc_coco(tmp_path / 'voc')
     loader = 'dict(batch_size=2, num_workers=0, persistent_workers=False)'

@@ -9,13 +9,13 @@ import sys
 
 import numpy as np
 import pytest
+from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
+from helpers import ROOT
 from mmengine.config import Config
 from mmengine.registry import TRANSFORMS, DefaultScope
 from PIL import Image
-
-from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
-from helpers import ROOT
 from voc_sample import user_config
+
 from xcit_dense.datasets.check import check_dataset
 from xcit_dense.datasets.files import check_image_file
 from xcit_dense.datasets.problems import BadSample, summary

@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT, free_port, read_log, run as run_process
 from mmcv.transforms import LoadImageFromFile
 from shapely.ops import unary_union
 
-from helpers import ROOT, free_port, read_log
-from helpers import run as run_process
 from xcit_dense.datasets.synthetic import SHAPES, make_scene, write_coco_set, write_segmentation_set
 
 DET_CONFIG = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
@@ -141,6 +140,7 @@ def test_the_pictures_draw_overlapping_boxes_once(demo_run):
     overlapping at IoU > 0.7 one is drawn, whatever the classes; the raw predictions have such boxes."""
     from mmengine.config import Config
     from torchvision.ops import box_iou
+
     from xcit_dense.datasets.files import decode_image
     from xcit_dense.inference import build_inferencer, drawing_sample, predict_image
     from xcit_dense.tasks import task_of_config

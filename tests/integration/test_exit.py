@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, free_port, run
 
 TORCHRUN = str(Path(sys.executable).with_name('torchrun'))

@@ -9,11 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from checkpoint_attacks import key_of, zip_of
+from helpers import (
+    ROOT,
+    can_chattr,
+    hide_payload,
+    hooked_config,
+    launch_env,
+    pause_hook,
+    require_capability,
+    run,
+    run_tool_in_process,
+    spawned,
+    tiny_seg_config,
+    train_cmd,
+    wait_for,
+)
 from PIL import Image
 
-from checkpoint_attacks import key_of, zip_of
-from helpers import (ROOT, can_chattr, hide_payload, hooked_config, launch_env, pause_hook, require_capability, run,
-                     run_tool_in_process, spawned, tiny_seg_config, train_cmd, wait_for)
 from xcit_dense.models.weights import read_checkpoint
 
 

@@ -12,12 +12,12 @@ import time
 import numpy as np
 import pytest
 import torch
+from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
+from helpers import ROOT, SUPPORT, launch_env, read_log, run, tiny_seg_config, train_cmd
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
-from helpers import ROOT, SUPPORT, launch_env, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets import CheckedCocoDataset, SkipBadSamples, robust
 from xcit_dense.datasets.problems import summary
 
@@ -266,7 +266,8 @@ def test_decoding_bombs_are_refused_before_decoding_under_a_memory_cap(tmp_path)
     limit) and a polygon of 4e8 pixels' extent (before, pycocotools' rasteriser failed its allocation
     and the process died with a segfault) go through the real mmdet datasets and pipeline in a
     process whose address space is capped at its size + 1 GiB: each is refused, by kind, before
-    anything is allocated for it, and no temporary file is left behind. The validation datasets (test_mode) keep the polygon for the
+    anything is allocated for it, and no temporary file is left behind. The validation datasets (test_mode) keep the
+    polygon for the
     sample check to stop at."""
     root = tmp_path / 'coco'
     write_bomb_coco(root)

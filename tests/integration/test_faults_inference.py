@@ -4,10 +4,9 @@ import json
 import sys
 
 import numpy as np
-from PIL import Image
-
 from bad_data import jpeg_declaring
 from helpers import ROOT, run
+from PIL import Image
 
 
 def test_awkward_images_give_outputs_or_clear_errors(tmp_path, tiny_seg_run):

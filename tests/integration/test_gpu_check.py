@@ -15,11 +15,10 @@ from typing import Iterator
 
 import pytest
 import torch
-
-from gpu_check import machine_check as check, toolkit_runs
-from gpu_check import bounded
-from gpu_check.bounded import run_bounded
 from helpers import ROOT, free_port, launch_env, spawned
+
+from gpu_check import bounded, machine_check as check, toolkit_runs
+from gpu_check.bounded import run_bounded
 
 
 @pytest.mark.slow

@@ -8,12 +8,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import (
+    ROOT,
+    free_port,
+    hooked_config,
+    launch_env,
+    pause_hook,
+    read_log,
+    run,
+    run_tool_in_process,
+    spawned,
+    tiny_seg_config,
+    train_cmd,
+    wait_for,
+)
 
 import xcit_dense
-
-from helpers import (ROOT, free_port, hooked_config, launch_env, pause_hook, read_log, run, run_tool_in_process,
-                     spawned, tiny_seg_config, train_cmd, wait_for)
-
 
 # DDP's warnings about gradients laid out unlike its buckets, and about a deprecated argument: errors
 DDP_WARNINGS_AS_ERRORS = ('error:Grad strides do not match bucket view strides:UserWarning,'

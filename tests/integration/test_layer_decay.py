@@ -3,11 +3,10 @@ under another batch plan the ratios hold too: checked in test_faults_training.py
 which trains under this constructor (one launched pair of runs for both behaviours)."""
 import pytest
 import torch
+from helpers import ROOT
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from torch import nn
-
-from helpers import ROOT
 
 EXAMPLE = ROOT / 'configs/examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py'
 

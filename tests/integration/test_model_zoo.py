@@ -3,7 +3,6 @@ configs and against the paper's table, written here so that the two files cannot
 import re
 
 import yaml
-
 from helpers import ROOT
 
 ZOO = ROOT / 'configs' / 'xcit'

@@ -7,10 +7,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from helpers import ROOT, hide_payload, own_runner_instances
-from released import (SEG_CLASSES, SHAPES, manifest, released_file, released_state, tiny_config,
-                      toolkit_twin)
+from released import SEG_CLASSES, SHAPES, manifest, released_file, released_state, tiny_config, toolkit_twin
+
 from xcit_dense.builder import build_model
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
@@ -100,7 +99,8 @@ def test_tools_test_gives_the_twins_predictions(tmp_path, demo_data, task, file_
     files = dict(released=released, twin=toolkit_twin(tmp_path / 'twin.pth', state))
     outputs = {}
     for name, path in files.items():
-        run_tool_in_process('tools/test.py', config, path, '--work-dir', tmp_path / name, '--out', tmp_path / f'{name}.pkl')
+        run_tool_in_process('tools/test.py', config, path, '--work-dir', tmp_path / name,
+                            '--out', tmp_path / f'{name}.pkl')
         outputs[name] = load_results(tmp_path / f'{name}.pkl')
         log = next((tmp_path / name).glob('*/*.log')).read_text()
         assert ('coco/bbox_mAP' if task == 'mask_rcnn' else 'mIoU') in log
@@ -186,7 +186,8 @@ def test_tta_evaluates_a_released_file(tmp_path, demo_data):
     config = tiny_config(tmp_path, 'upernet', 16, demo_data)
     path = released_file(tmp_path / 'released.pth', 'upernet', 16)
     run_tool_in_process('tools/test.py', config, path, '--tta', '--work-dir', tmp_path / 'tta',
-                        '--out', tmp_path / 'tta.pkl', '--cfg-options', 'test_dataloader.dataset.reduce_zero_label=True',
+                        '--out', tmp_path / 'tta.pkl',
+                        '--cfg-options', 'test_dataloader.dataset.reduce_zero_label=True',
                         'test_dataloader.dataset.indices=1')  # one image: 12 passes of the model
     log = next((tmp_path / 'tta').glob('*/*.log')).read_text()
     assert 'mIoU' in log and 'do not match exactly' not in log and 'missing keys' not in log

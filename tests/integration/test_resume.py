@@ -7,9 +7,9 @@ import sys
 
 import pytest
 import torch
+from helpers import ROOT, SGD, free_port, hooked_config, launch_env, read_log, run, tiny_seg_config, train_cmd
 from mmengine.config import Config
 
-from helpers import SGD, ROOT, free_port, hooked_config, launch_env, read_log, run, tiny_seg_config, train_cmd
 from xcit_dense.datasets.synthetic import write_coco_set
 from xcit_dense.engine import resume
 from xcit_dense.engine.resume import Restart, Resume

@@ -14,8 +14,8 @@ from pathlib import Path
 import mmdet
 import mmseg
 import pytest
-
 from helpers import ROOT, hide_payload, own_runner_instances
+
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT, tiny_seg_config
 from mmengine.config import Config
 
-from helpers import ROOT, tiny_seg_config
 from xcit_dense.checkpoint import read_checkpoint_file
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
 from xcit_dense.inference import build_inferencer, predict_image

@@ -2,8 +2,8 @@
 import sys
 
 import torch
-
 from helpers import ROOT, randomize_, run
+
 from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import XCiT
 

@@ -4,9 +4,8 @@ import subprocess
 import sys
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from helpers import ROOT, tiny_seg_config
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
 def test_tensorboard_scalars_equal_the_logged_values(tmp_path, seg_data):

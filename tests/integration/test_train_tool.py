@@ -2,7 +2,6 @@
 import sys
 
 import torch
-
 from helpers import ROOT, run, run_tool_in_process, tiny_seg_config
 
 

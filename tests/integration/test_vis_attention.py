@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import ROOT, randomize_
 from timm.models.xcit import Xcit
 
-from helpers import ROOT, randomize_
 from xcit_dense.analysis.attention import class_attention_maps, classifier_from_state, xca_maps
 from xcit_dense.analysis.attention_plots import load_image
 

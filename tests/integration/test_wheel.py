@@ -10,7 +10,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, tiny_seg_config
 
 COPY_IGNORED = ('.git', '.venv', 'build', '*.egg-info', '__pycache__', 'work_dirs', 'data', '.gpu_bundle')

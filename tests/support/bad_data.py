@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Dict
 
 import numpy as np
-from PIL import Image
-
 from helpers import ROOT
+from PIL import Image
 
 BOMB_SIDE = 262144  # 262144^2 pixels: 64 GiB as one mask plane, 192 GiB as an RGB image
 

@@ -1,4 +1,5 @@
-"""Load the decoding bombs of tests/support/bad_data.py (write_bomb_coco) through the real mmdet datasets and pipeline, in this
+"""Load the decoding bombs of tests/support/bad_data.py (write_bomb_coco) through the real mmdet datasets and pipeline,
+in this
 process with its address space capped at its size after the imports + 1 GiB; prints one JSON line:
 per dataset class, what each image became ('loaded' or the kind it was refused as).
 
@@ -7,8 +8,9 @@ import json
 import resource
 import sys
 
-import xcit_dense  # noqa: F401  (registers the wrappers and CheckedCocoDataset)
 from mmengine.registry import DATASETS, DefaultScope
+
+import xcit_dense  # noqa: F401  (registers the wrappers and CheckedCocoDataset)
 from xcit_dense.datasets.problems import BadSample
 from xcit_dense.datasets.robust import StopOnBadSamples
 

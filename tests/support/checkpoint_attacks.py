@@ -26,12 +26,12 @@ import torch._dynamo  # noqa: F401  (adds its own entries to torch's allow-list 
 
 SAFE_GLOBALS = [sorted(map(str, torch.serialization.get_safe_globals()))]  # before the toolkit's import
 
-import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
 from capped_load import cap_address_space  # noqa: E402
 from helpers import PickleExploit  # noqa: E402
 from mmdet.models.backbones import ResNet  # noqa: E402
-from mmengine.runner.checkpoint import _load_checkpoint  # noqa: E402
-from mmengine.runner.checkpoint import load_checkpoint  # noqa: E402
+from mmengine.runner.checkpoint import _load_checkpoint, load_checkpoint  # noqa: E402
+
+import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
 from xcit_dense.checkpoint import CheckpointError, read_meta  # noqa: E402
 from xcit_dense.engine.data_position import progress_of  # noqa: E402
 from xcit_dense.models.weights import read_checkpoint  # noqa: E402

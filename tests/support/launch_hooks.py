@@ -5,8 +5,8 @@ import time
 from typing import Optional
 
 import torch
-from mmengine.hooks import Hook
 from mmcv.transforms import BaseTransform
+from mmengine.hooks import Hook
 from mmengine.registry import HOOKS, TRANSFORMS
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
-
 from helpers import ROOT
 
 MANIFEST = Path(__file__).resolve().parent / 'manifests' / 'xcit_released_keys.json'
@@ -148,6 +147,7 @@ def released_file(path: Path, task: str, patch_size: int, state: Dict[str, torch
 def toolkit_twin(path: Path, state: Dict[str, torch.Tensor]) -> Path:
     """The same weights in this toolkit's layout, mapped by timm (backbone) and HEAD_KEYS."""
     from types import SimpleNamespace
+
     from timm.models.xcit import checkpoint_filter_fn
     backbone = {k[len('backbone.'):]: v for k, v in state.items() if k.startswith('backbone.')}
     backbone = checkpoint_filter_fn(backbone, SimpleNamespace(pos_embed=True))

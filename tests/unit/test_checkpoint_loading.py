@@ -4,9 +4,9 @@ import pickle
 
 import pytest
 import torch
+from helpers import PickleExploit, randomize_
 from mmengine.logging import MMLogger
 
-from helpers import PickleExploit, randomize_
 from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.models.xcit import XCiT
 

@@ -16,19 +16,19 @@ from typing import Dict
 import numpy as np
 import pytest
 import torch
+from checkpoint_attacks import Reduce, key_of, zip_of
+from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
-from checkpoint_attacks import Reduce, key_of, zip_of
-from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
-from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
-from xcit_dense.models.checkpoint_schemes import install_checked_schemes
-from xcit_dense.models.weights import read_checkpoint
 from xcit_dense import download
+from xcit_dense.checked_unpickler import history_buffer_method
+from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
 from xcit_dense.download import ALLOW_HTTP, cache_path
 from xcit_dense.engine import resume
 from xcit_dense.engine.hooks.rng_state import get_rng_state
-from xcit_dense.checked_unpickler import history_buffer_method
+from xcit_dense.models.checkpoint_schemes import install_checked_schemes
+from xcit_dense.models.weights import read_checkpoint
 
 
 @pytest.fixture(autouse=True)

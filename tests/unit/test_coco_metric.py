@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from helpers import ROOT
 from mmdet.evaluation.metrics import CocoMetric
 from mmdet.registry import METRICS
 from mmengine.config import Config
 from pycocotools.cocoeval import COCOeval
 
-from helpers import ROOT
 from benchmarks.coco_eval import synthetic_detections
 from xcit_dense.datasets.synthetic import SHAPES, write_coco_set
 

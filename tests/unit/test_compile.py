@@ -6,9 +6,9 @@ import logging
 
 import pytest
 import torch
+from helpers import log_records, randomize_
 from torch._dynamo.backends.common import aot_autograd
 
-from helpers import log_records, randomize_
 from xcit_dense.engine import compile as compile_module
 from xcit_dense.engine.compile import compile_forward, take_compile_option
 from xcit_dense.engine.config_check import check_backbone

@@ -2,9 +2,9 @@
 tests use dynamo's eager backend to skip the C++ code generation). Slow: a minute or more of compiling."""
 import pytest
 import torch
+from helpers import require_capability
 from torch._dynamo.utils import counters
 
-from helpers import require_capability
 from xcit_dense.engine.compile import compile_forward
 from xcit_dense.models.c_compiler import find_c_compiler
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from helpers import ROOT
 from xcit_dense.builder import build_model
 from xcit_dense.inference import predict
 from xcit_dense.models.presets import PRESETS

@@ -11,7 +11,8 @@ README_MAX_WORDS = 1200
 # A path the docs name that starts with one of the repository's top-level names (in code or prose).
 TOP_LEVEL = ('.ci', 'benchmarks', 'configs', 'docs', 'requirements', 'tests', 'tools', 'xcit_dense',
              'xcit_launch', 'xcit_mmcv_ext', 'setup.py', 'pytest.ini', 'model-index.yml', 'CITATION.cff')
-NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in TOP_LEVEL) + r')(?:/[\w.*-]+)*/?)(?![\w/])')
+NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in TOP_LEVEL)
+                        + r')(?:/[\w.*-]+)*/?)(?![\w/])')
 # Paths the docs name that are not in the repository: other projects' files, users' examples, what
 # an install makes.
 NOT_IN_THE_REPOSITORY = {
@@ -112,7 +113,8 @@ def test_every_repository_path_the_docs_name_exists():
 def test_the_path_check_sees_stale_paths(tmp_path):
     page = tmp_path / 'page.md'
     page.write_text('see `tests/test_faults_*.py` and xcit_dense/benchmark/cli.py, not tools/train.py,\n'
-                    '`tests/integration/test_faults_*.py`, `configs/xcit/`, mmdet\'s tools/analysis_tools/get_flops.py\n'
+                    '`tests/integration/test_faults_*.py`, `configs/xcit/`, '
+                    'mmdet\'s tools/analysis_tools/get_flops.py\n'
                     'or https://example.org/tools/nothing.py\n')
     assert [problem.split(': ', 1)[1] for problem in missing_paths(page)] == [
         'tests/test_faults_*.py', 'xcit_dense/benchmark/cli.py']

@@ -12,12 +12,12 @@ from typing import Dict, Iterator
 
 import pytest
 import torch
-
 from helpers import CAP_CHOWN, has_capability, require_capability
+
 from xcit_dense import download
 from xcit_dense.checkpoint import CheckpointError
-from xcit_dense.models.weights import read_checkpoint
 from xcit_dense.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
+from xcit_dense.models.weights import read_checkpoint
 
 MIB = 1 << 20
 
@@ -91,7 +91,8 @@ def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
 
 def test_https_redirects_stay_https_and_the_log_names_the_source(https_server, monkeypatch):
     """Before, urllib followed https -> http silently and the log named only the https URL."""
-    with pytest.raises(CheckpointError, match=r'model\.pth \(redirected from https://.*/to-http\): plain http is refused'):
+    with pytest.raises(CheckpointError,
+                       match=r'model\.pth \(redirected from https://.*/to-http\): plain http is refused'):
         read_checkpoint(f"{https_server['url']}/to-http")
     assert https_server['http']['hits'] == {}  # the http copy was never asked for
     assert not os.path.exists(cache_path(f"{https_server['url']}/to-http"))

@@ -12,8 +12,8 @@ import logging
 
 import pytest
 import torch
-
 from helpers import log_records, randomize_
+
 from xcit_dense.models import fast, layers, xcit
 from xcit_dense.models.fast import FAST_LAYERS, install_fast_layers
 from xcit_dense.models.fast.cpu_layouts import reference_layout, use_cpu_layouts

@@ -8,10 +8,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from gpu_check import bundle as gpu_bundle
-from gpu_check import device_check
-from gpu_check import machine_check as check
 from helpers import ROOT
+
+from gpu_check import bundle as gpu_bundle, device_check, machine_check as check
 
 
 def fake_wheel(folder: Path, name: str, version: str, requires: list) -> Path:

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import ROOT, free_port, launch_env, read_log, run, tiny_seg_config
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
-from helpers import ROOT, free_port, launch_env, read_log, run, tiny_seg_config
 from xcit_dense.builder import build_model
-from xcit_dense.engine import collectives, dist as xdist, run_config
-from xcit_dense.engine import step_agreement
+from xcit_dense.engine import collectives, dist as xdist, run_config, step_agreement
 from xcit_dense.engine.hooks import rng_state
 
 COLLECTIVES = {'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor', 'broadcast',
@@ -40,7 +39,8 @@ def _collective_calls(path: Path) -> list:
 
 
 def test_only_the_collectives_module_calls_collectives():
-    files = sorted(ROOT.glob('xcit_dense/**/*.py')) + sorted(ROOT.glob('xcit_launch/*.py')) + sorted(ROOT.glob('tools/*.py'))
+    files = (sorted(ROOT.glob('xcit_dense/**/*.py')) + sorted(ROOT.glob('xcit_launch/*.py'))
+             + sorted(ROOT.glob('tools/*.py')))
     calls = {str(p.relative_to(ROOT)): _collective_calls(p) for p in files}
     assert calls['xcit_dense/engine/collectives.py']  # the scan does find collectives
     offenders = {name: found for name, found in calls.items()

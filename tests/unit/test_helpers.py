@@ -5,9 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import helpers
+import pytest
 from helpers import CAPABILITY_MISSING, repo_state, require_capability, run
 
 

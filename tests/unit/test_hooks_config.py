@@ -1,9 +1,9 @@
 """The toolkit's hooks are config data: a user config keeps them, and each is switched off by name."""
 import pytest
+from helpers import ROOT, tiny_seg_config
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from helpers import ROOT, tiny_seg_config
 from xcit_dense.builder import load_config
 from xcit_dense.checkpoint import ATOMIC_WRITES
 from xcit_dense.engine.hooks import TOOLKIT_HOOKS

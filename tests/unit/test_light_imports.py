@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
 
 # Loading a file by path: importlib's file loaders, imp's, and runpy.run_path other than running a

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import ROOT
+
 from xcit_dense.engine import cuda_ops
 from xcit_launch import mmcv_build as build_mmcv
 
@@ -29,7 +29,8 @@ def test_cache_key_names_everything_the_binary_depends_on():
     assert key(**base) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cu13.0-sm_80-sm_90'
     assert key(**dict(base, cuda_version=None, archs=())) == 'mmcv-2.1.0-cp311-cp311-linux_x86_64-torch2.14.1-cpu'
     assert key(**base, ops=('nms', 'roi_align')).endswith('-sm_80-sm_90-ops_nms+roi_align')
-    variants = [dict(base, ops=('nms',)), dict(base, ops=('nms', 'roi_align')), dict(base, mmcv_version='2.1.1'), dict(base, tag='cp310-cp310-linux_x86_64'),
+    variants = [dict(base, ops=('nms',)), dict(base, ops=('nms', 'roi_align')), dict(base, mmcv_version='2.1.1'),
+                dict(base, tag='cp310-cp310-linux_x86_64'),
                 dict(base, tag='cp311-cp311-linux_aarch64'), dict(base, torch_version='2.13.0'),
                 dict(base, cuda_version=(13, 1)), dict(base, cuda_version=(12, 8)), dict(base, archs=('9.0',)),
                 dict(base, archs=('8.0', '9.0+PTX')), dict(base, archs=('8.6', '9.0')),
@@ -126,7 +127,8 @@ def test_a_full_system_toolkit_is_accepted(tmp_path, capsys):
     """/usr/local/cuda's layout: bin/nvcc, include/ with the library headers, lib64/libcudart.so."""
     fake_nvcc(tmp_path / 'cuda' / 'bin', '13.0')
     toolkit = build_mmcv.choose_system_toolkit('13.0', {'CUDA_HOME': str(tmp_path / 'cuda')}, default=tmp_path / 'x')
-    assert toolkit == build_mmcv.Toolkit(tmp_path / 'cuda', (13, 0)) and build_mmcv.toolkit_missing(tmp_path / 'cuda') == []
+    assert toolkit == build_mmcv.Toolkit(tmp_path / 'cuda', (13, 0))
+    assert build_mmcv.toolkit_missing(tmp_path / 'cuda') == []
     assert 'lacks' not in capsys.readouterr().err
 
 

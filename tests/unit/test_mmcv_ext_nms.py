@@ -151,7 +151,8 @@ def test_soft_nms_matches_mmcvs_loop(method):
     equal maxima not taken, or the linear decay applied below the threshold: each fails here."""
     boxes, scores = random_boxes(50, seed=3)
     dets, keep = soft_nms(boxes, scores, 0.3, sigma=0.5, min_score=0.05, method=method)
-    ref_dets, ref_keep = soft_nms_oracle(boxes, scores, 0.3, 0.5, 0.05, {'naive': 0, 'linear': 1, 'gaussian': 2}[method])
+    method_code = {'naive': 0, 'linear': 1, 'gaussian': 2}[method]
+    ref_dets, ref_keep = soft_nms_oracle(boxes, scores, 0.3, 0.5, 0.05, method_code)
     assert keep.tolist() == ref_keep
     np.testing.assert_allclose(dets.numpy(), ref_dets, rtol=1e-6, atol=0)
     empty_dets, empty_keep = soft_nms(boxes[:0], scores[:0], 0.3)
@@ -170,7 +171,8 @@ def test_nms_match_groups_each_kept_box_with_what_it_suppressed():
     for place, i in enumerate(order):
         if i in suppressed:
             continue
-        hit = [j for j in order[place + 1:] if j not in suppressed and iou(boxes[i].tolist(), boxes[j].tolist()) >= F32(0.5)]
+        hit = [j for j in order[place + 1:]
+               if j not in suppressed and iou(boxes[i].tolist(), boxes[j].tolist()) >= F32(0.5)]
         suppressed.update(hit)
         expected.append([i] + hit)
     assert [g.tolist() for g in groups] == expected

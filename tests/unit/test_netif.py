@@ -5,11 +5,10 @@ import socket
 
 import pytest
 import torch.distributed as dist
-
 from helpers import require_capability
+
 from xcit_dense.engine.dist import job_port
-from xcit_launch import netif
-from xcit_launch import torchrun as torchrun_tool
+from xcit_launch import netif, torchrun as torchrun_tool
 
 
 def test_route_to_loopback_is_lo():
@@ -100,7 +99,8 @@ def test_other_nodes_come_from_the_slurm_node_list_or_the_torchrun_store(monkeyp
     monkeypatch.setenv('LOCAL_RANK', '0')
     monkeypatch.setenv('GROUP_RANK', '1')  # node 1 publishes its address on the route to the master
     monkeypatch.setenv('MASTER_ADDR', 'node0.example')  # node 1 on another machine than node 0
-    monkeypatch.setattr(netif, 'route_to', lambda host: netif.Route(master='10.1.2.1', address='10.1.2.3', interface='eth0'))
+    route = netif.Route(master='10.1.2.1', address='10.1.2.3', interface='eth0')
+    monkeypatch.setattr(netif, 'route_to', lambda host: route)
     monkeypatch.setattr(netif, 'is_loopback', lambda host: host in ('127.0.0.1', 'localhost'))
     assert engine_dist._other_nodes('pytorch', store) == ['node0.example']
     assert store.get('xcit_dense/node1/address') == b'10.1.2.3'

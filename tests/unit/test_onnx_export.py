@@ -1,7 +1,7 @@
 """ONNX export: onnxruntime matches PyTorch to 1e-4, the backbone at sizes other than the traced one."""
 import torch
-
 from helpers import randomize_
+
 from xcit_dense.analysis.onnx_export import BACKBONE_OUTPUTS, TensorForward, export, max_abs_error
 from xcit_dense.builder import build_model
 

@@ -7,9 +7,9 @@ from typing import List
 import pytest
 import timm
 import torch
+from helpers import ROOT
 from mmengine.config import Config
 
-from helpers import ROOT
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS, XCiTPreset, default_out_indices
 
 # every config a user runs: the recipes, the demos and the example (not the _base_ fragments)
@@ -71,7 +71,8 @@ def test_every_config_is_checked():
     RetinaNet, Mask2Former)."""
     names = {p.relative_to(ROOT / 'configs').as_posix() for p in CONFIGS}
     assert len(names) == 30 and 'custom_dataset_example.py' in names
-    assert {'examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py', 'examples/retinanet_xcit_tiny_12_p16_1x_coco.py',
+    assert {'examples/mask_rcnn_xcit_small_12_p16_3x_coco_layer_decay.py',
+            'examples/retinanet_xcit_tiny_12_p16_1x_coco.py',
             'examples/mask2former_xcit_tiny_12_p16_lsj_50e_coco.py'} <= names
     assert {'demo/mask_rcnn_xcit_tiny_12_p16_demo.py', 'demo/upernet_xcit_tiny_12_p16_demo.py'} <= names
 

@@ -3,11 +3,10 @@ environment): ranges with a lower and an upper bound, never a pin, that the test
 import importlib.metadata
 
 import pytest
+from helpers import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-from helpers import ROOT
 
 STACK = {'torch', 'torchvision', 'mmengine', 'mmdet', 'mmsegmentation', 'timm'}
 

@@ -4,13 +4,13 @@ import random
 
 import numpy as np
 import torch
+from helpers import tiny_seg_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
 
-from helpers import tiny_seg_config
-from xcit_dense.models.weights import read_checkpoint
 from xcit_dense.engine.hooks.rng_state import RNGStateHook, get_rng_state, set_rng_state
 from xcit_dense.engine.resume import seed_from_checkpoint
+from xcit_dense.models.weights import read_checkpoint
 
 
 def draws() -> tuple:

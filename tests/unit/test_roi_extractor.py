@@ -19,7 +19,8 @@ def test_channels_last_maps_reach_roi_align_as_nchw_with_the_same_features():
     gen = torch.Generator().manual_seed(0)
     feats = (torch.randn(2, 8, 32, 40, generator=gen), torch.randn(2, 8, 16, 20, generator=gen))
     xy = torch.rand(20, 2, generator=gen) * 100
-    rois = torch.cat([torch.randint(0, 2, (20, 1), generator=gen).float(), xy, xy + 8 + 60 * torch.rand(20, 2, generator=gen)], 1)
+    image_index = torch.randint(0, 2, (20, 1), generator=gen).float()
+    rois = torch.cat([image_index, xy, xy + 8 + 60 * torch.rand(20, 2, generator=gen)], 1)
     nchw = extractor(feats, rois)
     channels_last = extractor(tuple(f.to(memory_format=torch.channels_last) for f in feats), rois)
     assert layouts and all(layouts)

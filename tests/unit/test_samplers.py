@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from mmdet.datasets.samplers import AspectRatioBatchSampler
-from mmengine.dataset import BaseDataset
 from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
@@ -74,7 +73,8 @@ def augmentations(seg_data, workers: int, epochs: int = 2) -> dict:
     """{(epoch, image): a digest of its augmented pixels and labels} over ``epochs`` epochs of a
     ResumableSampler loader in this process's rank."""
     loader = Runner.build_dataloader(dict(
-        batch_size=2, num_workers=workers, persistent_workers=workers > 0, sampler=dict(type='ResumableSampler', shuffle=True),
+        batch_size=2, num_workers=workers, persistent_workers=workers > 0,
+        sampler=dict(type='ResumableSampler', shuffle=True),
         dataset=dict(type='BaseSegDataset', data_root=str(seg_data), img_suffix='.jpg', seg_map_suffix='.png',
                      data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
                      pipeline=PIPELINE)), seed=11)

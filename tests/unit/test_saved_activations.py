@@ -14,14 +14,13 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from test_backbone import forward_backward
 from torch.nn.parallel import DistributedDataParallel
 
 from xcit_dense.models import layers
 from xcit_dense.models.fast import fast_layers, install_fast_layers, recompute
 from xcit_dense.models.fast.cpu_layouts import reference_layout
 from xcit_dense.models.fast.recompute import GeluLinear, NormalizedGram, NormLinear
-
-from test_backbone import forward_backward
 
 
 def _plain_gelu_linear(h, weight, bias):
@@ -45,14 +44,17 @@ def _grads(fn, *inputs):
 
 def test_functions_pass_gradcheck():
     torch.manual_seed(0)
-    h, w, b = torch.randn(2, 5, 6, dtype=torch.double), torch.randn(3, 6, dtype=torch.double), torch.randn(3, dtype=torch.double)
+    h, w, b = (torch.randn(2, 5, 6, dtype=torch.double), torch.randn(3, 6, dtype=torch.double),
+               torch.randn(3, dtype=torch.double))
     for approximate in ('none', 'tanh'):
         assert torch.autograd.gradcheck(lambda *t: GeluLinear.apply(*t, approximate),
                                         [t.requires_grad_() for t in (h, w, b)])
     q, k = torch.randn(2, 2, 3, 7, dtype=torch.double), torch.randn(2, 2, 3, 7, dtype=torch.double)
     assert torch.autograd.gradcheck(lambda *t: NormalizedGram.apply(*t, 1e-12), [t.requires_grad_() for t in (q, k)])
-    x, nw, nb = torch.randn(2, 5, 6, dtype=torch.double), torch.randn(6, dtype=torch.double), torch.randn(6, dtype=torch.double)
-    assert torch.autograd.gradcheck(lambda *t: NormLinear.apply(*t, 1e-6), [t.requires_grad_() for t in (x, nw, nb, w, b)])
+    x, nw, nb = (torch.randn(2, 5, 6, dtype=torch.double), torch.randn(6, dtype=torch.double),
+                 torch.randn(6, dtype=torch.double))
+    assert torch.autograd.gradcheck(lambda *t: NormLinear.apply(*t, 1e-6),
+                                    [t.requires_grad_() for t in (x, nw, nb, w, b)])
 
 
 def test_functions_equal_the_plain_operators_also_where_a_norm_is_clamped():

@@ -1,8 +1,8 @@
 """XCiT's speed options: channels_last changes the speed, never the numbers (torch.compile: test_compile.py)."""
 import pytest
 import torch
-
 from helpers import randomize_
+
 from xcit_dense.engine.config_check import check_backbone
 from xcit_dense.models import xcit as xcit_module
 
@@ -53,7 +53,8 @@ def test_speed_options_are_checked_in_configs():
 def test_with_cp_checkpoints_the_first_trainable_block_after_frozen_stages(monkeypatch):
     calls = []
     real = xcit_module.cp.checkpoint
-    monkeypatch.setattr(xcit_module.cp, 'checkpoint', lambda block, *a, **k: calls.append(block) or real(block, *a, **k))
+    monkeypatch.setattr(xcit_module.cp, 'checkpoint',
+                        lambda block, *a, **k: calls.append(block) or real(block, *a, **k))
     model = xcit_module.XCiT(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3), frozen_stages=1,
                  with_cp=True).train()
     sum(out.sum() for out in model(torch.randn(1, 3, 64, 64))).backward()

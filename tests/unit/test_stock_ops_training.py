@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from helpers import ROOT
 from xcit_dense.builder import build_model
 
 EXAMPLES = ROOT / 'configs' / 'examples'
@@ -66,8 +66,8 @@ def train_step(config: str, options: dict) -> tuple:
 def test_stock_faster_rcnn_with_dcnv2_trains_a_step():
     """mmdet 3.3.0's own config, unchanged but for its sizes: every DCNv2 layer's weight and offset
     convolution gets a gradient (the backward's entry point writes all of them)."""
-    from mmcv.ops import ModulatedDeformConv2dPack
     import mmdet
+    from mmcv.ops import ModulatedDeformConv2dPack
     config = Path(mmdet.__file__).parent / '.mim' / 'configs' / 'dcnv2' / 'faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py'
     config = str(config)
     model, grads = train_step(config, dict(FEW_ROIS, **{'model.backbone.init_cfg': None}))
@@ -89,7 +89,8 @@ def test_xcit_retinanet_example_trains_a_step():
 @pytest.mark.slow
 def test_xcit_mask2former_example_trains_a_step():
     """configs/examples/mask2former_xcit_tiny_12_p16_lsj_50e_coco.py, padded to 128 (not the recipe's
-    1024 LSJ crops), with fewer queries and decoder layers: backbone and head (pixel decoder with deformable attention, transformer
+    1024 LSJ crops), with fewer queries and decoder layers: backbone and head (pixel decoder with deformable attention,
+    transformer
     decoder) learn."""
     pad = [dict(type='BatchFixedSizePad', size=(128, 128), img_pad_value=0, pad_mask=True, mask_pad_value=0,
                 pad_seg=False)]

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import timm
 import torch
-
 from helpers import randomize_
+
 from xcit_dense.models.xcit import XCiT
 
 DENSE_PRESETS = [(arch, patch) for arch in ('tiny_12', 'small_12', 'small_24', 'medium_24')

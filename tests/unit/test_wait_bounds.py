@@ -6,8 +6,8 @@ import threading
 import types
 
 import pytest
-
 from helpers import ROOT, env, free_port
+
 from xcit_dense.engine import wait_bounds as wait_bounds_module
 from xcit_dense.engine.wait_bounds import StepWatch, nccl_environment, wait_bounds
 

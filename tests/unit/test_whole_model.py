@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from benchmarks import whole_model
-from benchmarks.whole_model import (PartTimer, WholeModel, backward_aten_seconds, backward_node_seconds,
-                                    side_by_side)
+from benchmarks.whole_model import PartTimer, WholeModel, backward_aten_seconds, backward_node_seconds, side_by_side
 
 C = 32  # channels of the tiny model's neck and heads
 TINY = {'model.backbone.depth': 4, 'model.backbone.out_indices': [0, 1, 2, 3],

@@ -12,8 +12,18 @@ import math
 from numbers import Real
 from typing import Any, List, Optional, Tuple
 
-from .problems import (AREA_EMPTY, BAD_RLE, BOX_EMPTY, BOX_NOT_FINITE, BOX_NOT_NUMBERS, BOX_OUTSIDE, BOX_TINY,
-                       POLYGON_DEGENERATE, POLYGON_NOT_NUMBERS, POLYGON_OUTSIDE)
+from .problems import (
+    AREA_EMPTY,
+    BAD_RLE,
+    BOX_EMPTY,
+    BOX_NOT_FINITE,
+    BOX_NOT_NUMBERS,
+    BOX_OUTSIDE,
+    BOX_TINY,
+    POLYGON_DEGENERATE,
+    POLYGON_NOT_NUMBERS,
+    POLYGON_OUTSIDE,
+)
 
 
 def _numbers(values: Any) -> bool:

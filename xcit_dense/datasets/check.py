@@ -11,9 +11,9 @@ import contextlib
 import copy
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
-from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -21,6 +21,7 @@ from mmengine.config import Config
 from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
+
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from .loaded_size import loader_color_type, size_problem
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
@@ -212,7 +213,8 @@ def check_split(cfg: Config, split: str) -> SplitReport:
                                f'{report.missing_images[0]}')
     if report.bad_kinds:
         report.problems.append('bad data: ' + summary(report.bad_kinds)
-                               + ' (the dataset drops bad annotations; training skips bad samples, validation and test stop at them)')
+                               + ' (the dataset drops bad annotations; training skips bad samples, '
+                                 'validation and test stop at them)')
     if report.size_mismatches:
         report.problems.append(f'{len(report.size_mismatches)} image(s) loaded at another size than their '
                                f'annotations say (boxes and masks would be misplaced), e.g. '

@@ -23,10 +23,25 @@ import cv2
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..pixel_limit import (DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY, OPENCV_LIMIT_VAR,
-                           opencv_limit)
-from .problems import (LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, PATH_OUTSIDE, TOO_MANY_BYTES,
-                       TOO_MANY_PIXELS, UNREADABLE_IMAGE, UNREADABLE_LABEL_MAP, BadSample)
+from ..pixel_limit import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_PIXELS,
+    MAX_BYTES_KEY,
+    MAX_PIXELS_KEY,
+    OPENCV_LIMIT_VAR,
+    opencv_limit,
+)
+from .problems import (
+    LABELS_OUTSIDE,
+    MISSING_IMAGE,
+    MISSING_LABEL_MAP,
+    PATH_OUTSIDE,
+    TOO_MANY_BYTES,
+    TOO_MANY_PIXELS,
+    UNREADABLE_IMAGE,
+    UNREADABLE_LABEL_MAP,
+    BadSample,
+)
 
 __all__ = ['IMAGE', 'LABEL_MAP', 'check_inside', 'check_image_file',
            'decode_image']

@@ -18,11 +18,10 @@ from mmengine.logging import print_log
 from mmengine.registry import DATASETS
 from pycocotools import mask as mask_utils
 
-from .annotations import polygon_problem, rle_problem
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
+from .annotations import polygon_problem, rle_problem
 from .files import IMAGE, LABEL_MAP, check_image_file, check_inside
-from .problems import (BAD_RLE, LABEL_MAP_SIZE, LABELS_OUTSIDE, PIPELINE_FAILED, POLYGON_OUTSIDE, BadSample,
-                       summary)
+from .problems import BAD_RLE, LABEL_MAP_SIZE, LABELS_OUTSIDE, PIPELINE_FAILED, POLYGON_OUTSIDE, BadSample, summary
 
 # the data_prefix keys of each sample path (mmdet's, then mmseg's names)
 _FILES = (('img_path', IMAGE, ('img', 'img_path')), ('seg_map_path', LABEL_MAP, ('seg', 'seg_map_path')))

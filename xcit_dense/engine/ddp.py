@@ -17,7 +17,6 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
-
 # Buffers (BN's running statistics) stay per process: not synced at each forward. torch 2.13 renamed
 # the option (``broadcast_buffers`` is deprecated there, and ``forward_sync_buffers`` unknown before).
 _DDP_OPTIONS = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters

@@ -17,6 +17,7 @@ from mmengine.runner.checkpoint import _load_checkpoint_to_model
 from mmengine.utils.dl_utils import collect_env
 
 from xcit_launch.known_warnings import KnownLogMessages
+
 from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
 

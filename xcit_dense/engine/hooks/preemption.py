@@ -12,8 +12,8 @@ from mmengine.registry import HOOKS
 
 from ...checkpoint import ATOMIC_WRITES
 from ..collectives import meet
-from ..optim_wrappers import step_agreement
 from ..dist import world_size
+from ..optim_wrappers import step_agreement
 from ..resume import write_pointer
 from ..step_agreement import clear_signal, note_signal, noted_signal
 from .rng_state import RNGStateHook

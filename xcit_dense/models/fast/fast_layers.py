@@ -17,8 +17,15 @@ from torch import nn
 from ..layers import LPI, XCA, ConvPatchEmbed, Mlp, XCABlock
 from . import cpu_layouts
 from .cpu_layouts import use_cpu_layouts
-from .recompute import (GeluLinear, NormalizedGram, folds_layer_scale, normed_linear, scaled_layer,
-                        scaled_weights, wants_saving_functions)
+from .recompute import (
+    GeluLinear,
+    NormalizedGram,
+    folds_layer_scale,
+    normed_linear,
+    scaled_layer,
+    scaled_weights,
+    wants_saving_functions,
+)
 
 
 class FastConvPatchEmbed(ConvPatchEmbed):

@@ -1,4 +1,4 @@
-"""The prepared GPU check (docs/gpu-check.md), kept out of the installed package: it runs from a
+"""The prepared GPU check (dev/gpu-check.md), kept out of the installed package: it runs from a
 checkout (``python tools/gpu_check.py`` or ``python -m gpu_check``).
 
 ``machine_check``: the check's steps and report; ``ops_goldens``: compiled mmcv 2.1.0's outputs and their

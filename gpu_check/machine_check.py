@@ -61,7 +61,7 @@ def _training(name: str) -> Callable[[StepContext, float], dict]:
 
 
 # Most telling first, compile last. Budgets: seconds on the lent machine (16 cores, an H200), from the
-# offline rehearsal's CPU seconds with the margin docs/dev/gpu-check-rehearsal.md states; 220 s in all,
+# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states; 220 s in all,
 # compile then gets what is left of the call's 6 minutes.
 STEPS: Tuple[Step, ...] = (
     Step('ops', lambda context, seconds: check_ops(context.device), 10),

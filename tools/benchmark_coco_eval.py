@@ -7,9 +7,9 @@ Two figures per round, the two libraries alternated (which goes first swaps ever
 - the evaluation proper (COCOeval's evaluate + accumulate + summarize) per iouType, on the same
   in-memory detections, with mmdet's parameters.
 The 12 stats of each iouType are compared (they must agree to 1e-4). Prints a Markdown report and
-writes it to ``--out``. Example (the command of docs/benchmark/coco_eval.md)::
+writes it to ``--out``. Example (the command of benchmarks/reports/coco_eval.md)::
 
-    PYTHONPATH=. .venv/bin/python tools/benchmark_coco_eval.py --rounds 2 --out docs/benchmark/coco_eval.md
+    PYTHONPATH=. .venv/bin/python tools/benchmark_coco_eval.py --rounds 2 --out benchmarks/reports/coco_eval.md
 """
 import argparse
 import json

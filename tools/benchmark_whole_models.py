@@ -14,10 +14,10 @@ with that option, side by side with the pair (``fast_layers=False``: the plain l
 fast ones, which the auto choice installs on a CPU). ``--fixed-proposals`` gives the detectors' RoI heads
 the same proposals in both models, in training and at inference (``WholeModel(fixed_proposals=True)``):
 with random weights each RPN's own proposals decide the heads' work. Example (the command of
-docs/benchmark/whole_models.md)::
+benchmarks/reports/whole_models.md)::
 
     PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task det --rounds 3 --threads 2 \\
-        --out docs/benchmark/whole_models_det.md
+        --out benchmarks/reports/whole_models_det.md
 """
 import argparse
 import os

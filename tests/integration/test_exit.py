@@ -1,5 +1,5 @@
 """A finished multi-process run tears its process group down before interpreter exit (the exit
-abort of docs/exit-abort.md); a failing rank ends at once with its own error."""
+abort of dev/exit-abort.md); a failing rank ends at once with its own error."""
 import subprocess
 import sys
 import time
@@ -13,7 +13,7 @@ TORCHRUN = str(Path(sys.executable).with_name('torchrun'))
 
 def run_repro(*args: str) -> subprocess.CompletedProcess:
     cmd = [TORCHRUN, '--nproc_per_node=2', '--master_port', str(free_port()),
-           str(ROOT / 'docs/exit-abort/exit_repro.py'), *args]
+           str(ROOT / 'dev/exit-abort/exit_repro.py'), *args]
     return run(cmd)
 
 

@@ -25,7 +25,7 @@ from gpu_check.bounded import run_bounded
 def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_must(tmp_path):
     """The whole check as users run it, each step's result on disk when its log line comes; the
     compiled UperNet is left out here (inductor's C++ build of its kernels takes minutes on 2
-    cores): its judging is tested below, its run in the rehearsal (docs/dev/gpu-check-rehearsal.md)."""
+    cores): its judging is tested below, its run in the rehearsal (dev/gpu-check-rehearsal.md)."""
     steps = [step for step in check.STEP_NAMES if step != 'compile']
     on_disk = {}
     with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,

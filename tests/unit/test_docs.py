@@ -1,15 +1,19 @@
-"""The README stays a five-minute read, and every relative link and anchor of the docs, and every
-repository path they name, resolves."""
+"""The README stays a five-minute read; the user docs (docs/) stay what a user reads, short, and true
+about how checkpoints are read; every relative link and anchor of the pages, and every repository
+path they name, resolves."""
 import re
 from pathlib import Path
 from typing import List, Set
 
+import pytest
 from helpers import ROOT
+
+pytestmark = pytest.mark.quick  # static checks of the pages, under a second in all
 
 README_MAX_LINES = 250
 README_MAX_WORDS = 1200
 # A path the docs name that starts with one of the repository's top-level names (in code or prose).
-TOP_LEVEL = ('.ci', 'benchmarks', 'configs', 'docs', 'requirements', 'tests', 'tools', 'xcit_dense',
+TOP_LEVEL = ('.ci', 'benchmarks', 'configs', 'dev', 'docs', 'requirements', 'tests', 'tools', 'xcit_dense',
              'xcit_launch', 'xcit_mmcv_ext', 'setup.py', 'pytest.ini', 'model-index.yml', 'CITATION.cff')
 NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in TOP_LEVEL)
                         + r')(?:/[\w.*-]+)*/?)(?![\w/])')
@@ -22,11 +26,22 @@ FENCE = re.compile(r'^\s*(```|~~~)')
 HEADING = re.compile(r'^#{1,6}\s+(.*?)\s*#*\s*$')
 LINK = re.compile(r'!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
 CODE_SPAN = re.compile(r'(`+).*?\1')
+# The user docs: what a user reads. Measurements go to benchmarks/reports/, team notes to dev/.
+USER_DOCS_MAX_WORDS = 20000
+# A page saying checkpoints are read with torch's weights-only switch: the toolkit reads every checkpoint
+# with its own checked unpickler and never calls torch.load with it (xcit_dense/checked_unpickler.py).
+WEIGHTS_ONLY_CLAIM = re.compile(r"weights_only\s*=\s*True|(?<!torch's )\bweights[ -]only\b", re.I)
+
+
+def user_docs() -> List[Path]:
+    return sorted((ROOT / 'docs').rglob('*.md'))
 
 
 def markdown_files() -> List[Path]:
-    """The pages whose links are checked: the README, every page under docs/, the model zoo."""
-    return [ROOT / 'README.md', *sorted((ROOT / 'docs').rglob('*.md')), ROOT / 'configs/xcit/README.md']
+    """The pages whose links are checked: the README, the user docs, the model zoo, the team's notes
+    and the benchmarks' reports."""
+    return [ROOT / 'README.md', *user_docs(), ROOT / 'configs/xcit/README.md', *sorted((ROOT / 'dev').rglob('*.md')),
+            *sorted((ROOT / 'benchmarks').rglob('*.md'))]
 
 
 def prose(path: Path) -> List[str]:
@@ -103,6 +118,39 @@ def test_readme_is_a_five_minute_read():
     lines, words = len(text.splitlines()), len(text.split())
     assert lines < README_MAX_LINES, f'README.md has {lines} lines'
     assert words <= README_MAX_WORDS, f'README.md has {words} words'
+
+
+def weights_only_claims(path: Path) -> List[str]:
+    """'page:line: text' for each line of the page that says checkpoints are read weights-only."""
+    return [f'{shown(path)}:{number}: {match.group(0)}'
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            for match in WEIGHTS_ONLY_CLAIM.finditer(line)]
+
+
+def test_docs_hold_no_scripts():
+    scripts = [shown(path) for path in (ROOT / 'docs').rglob('*.py')]
+    assert not scripts, f'scripts under docs/ (they belong beside what they serve, e.g. dev/): {scripts}'
+
+
+def test_user_docs_are_short():
+    words = {shown(page): len(page.read_text().split()) for page in user_docs()}
+    assert sum(words.values()) < USER_DOCS_MAX_WORDS, (
+        f'the user docs hold {sum(words.values())} words (measurement reports go to benchmarks/reports/, '
+        f'team notes to dev/): {words}')
+
+
+def test_no_page_says_checkpoints_are_read_weights_only():
+    claims = [claim for page in [ROOT / 'README.md', *user_docs(), ROOT / 'configs/xcit/README.md']
+              for claim in weights_only_claims(page)]
+    assert not claims, '\n'.join(claims)
+
+
+def test_the_weights_only_check_sees_the_claims(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text("read with `torch.load(weights_only=True)`\nThe file is read weights only.\n"
+                    "a weights-only load\nMMEngine's readers use `weights_only=False`;\n"
+                    "`TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`; stricter than torch's weights-only unpickler\n")
+    assert [claim.split(': ', 1)[0].rsplit(':', 1)[1] for claim in weights_only_claims(page)] == ['1', '2', '3']
 
 
 def test_every_repository_path_the_docs_name_exists():

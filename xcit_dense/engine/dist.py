@@ -4,7 +4,7 @@ MMEngine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` unconditionally 
 NCCL, so it fails on a machine without GPUs. Initialising the group here first makes the Runner
 skip its own initialisation.
 
-Tear-down (see docs/exit-abort.md): a gloo group whose worker threads are still running when
+Tear-down (see dev/exit-abort.md): a gloo group whose worker threads are still running when
 the interpreter finalises can abort a finished run (SIGABRT): a worker that drops the last
 reference to a finished collective must take the GIL to free the tensors' Python objects, and a
 thread that asks for the GIL during finalisation is ended by ``pthread_exit``, which
@@ -308,7 +308,7 @@ def leave_process_group(sync_timeout_s: float = 60.0) -> None:
     collectives.close_control_group()
     if gloo_worker_threads():
         raise RuntimeError('the process group is still referenced after destroy_process_group: its '
-                           'gloo threads would run into interpreter exit (see docs/exit-abort.md)')
+                           'gloo threads would run into interpreter exit (see dev/exit-abort.md)')
 
 
 def _exit_now(exc: BaseException) -> None:

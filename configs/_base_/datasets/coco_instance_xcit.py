@@ -75,7 +75,7 @@ val_dataloader = dict(
 test_dataloader = val_dataloader
 
 # FasterCocoMetric (this toolkit): mmdet's CocoMetric, same arguments and keys, computed by
-# faster-coco-eval, many times faster (docs/benchmark/coco_eval.md). For pycocotools, set
+# faster-coco-eval, many times faster (benchmarks/reports/coco_eval.md). For pycocotools, set
 # type='CocoMetric' (--cfg-options val_evaluator.type=CocoMetric test_evaluator.type=CocoMetric).
 val_evaluator = dict(
     type='FasterCocoMetric',

@@ -1,10 +1,10 @@
 """Run a short multi-process job many times and count how each process ended.
 
 Made for the exit abort of issue 10 (a finished gloo run dying with SIGABRT at interpreter exit):
-  python docs/exit-abort/stress_exit.py minimal --runs 100 --busy 2 [--before-fix] [--starve]
-                                                    # docs/exit-abort/exit_repro.py, seconds a run
-  python docs/exit-abort/stress_exit.py train --runs 30 --busy 2   # the demo Mask R-CNN, 2 processes
-  python docs/exit-abort/stress_exit.py test --runs 30 --busy 2    # dist_test.sh on its checkpoint
+  python dev/exit-abort/stress_exit.py minimal --runs 100 --busy 2 [--before-fix] [--starve]
+                                                    # dev/exit-abort/exit_repro.py, seconds a run
+  python dev/exit-abort/stress_exit.py train --runs 30 --busy 2   # the demo Mask R-CNN, 2 processes
+  python dev/exit-abort/stress_exit.py test --runs 30 --busy 2    # dist_test.sh on its checkpoint
 ``--busy K`` keeps K busy loops running meanwhile (load makes the race likelier). Each failed
 run's output, and its core file where the kernel writes one into the working directory, is kept
 under ``--keep DIR``. The last line is ``N passed, M failed``.

@@ -1,6 +1,6 @@
-"""Minimal reproducer of the exit abort (docs/exit-abort.md), run under torchrun with 2 processes:
+"""Minimal reproducer of the exit abort (dev/exit-abort.md), run under torchrun with 2 processes:
 
-  torchrun --nproc_per_node=2 docs/exit-abort/exit_repro.py [--before-fix] [--starve] [--fail-rank R]
+  torchrun --nproc_per_node=2 dev/exit-abort/exit_repro.py [--before-fix] [--starve] [--fail-rank R]
 
 What a training run does at its end, and nothing else: a DDP model held by a Runner-like object
 in a reference cycle (so only a garbage collection frees it, and with it the process group), one
@@ -10,7 +10,7 @@ mmdet process's. ``--before-fix`` sets the group up as the toolkit did before th
 (``init_process_group``, ``destroy_process_group`` in an ``atexit`` handler); by default it comes
 from ``xcit_dense.engine.process_group``. ``--starve`` lowers the group's work threads to nice 19,
 as a loaded machine may leave them unscheduled (run busy loops beside). ``--fail-rank R`` makes rank
-R raise before the last collective (the error path). ``docs/exit-abort/stress_exit.py minimal`` runs it many
+R raise before the last collective (the error path). ``dev/exit-abort/stress_exit.py minimal`` runs it many
 times and counts the aborts.
 """
 import argparse

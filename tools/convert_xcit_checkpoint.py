@@ -15,9 +15,8 @@ from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.checkpoint import CheckpointError, load_weights_only, write_checkpoint
-from xcit_dense.models.presets import PATCH_SIZES, PRESETS
-from xcit_dense.models.weights import (
+from xcit_dense.io.checkpoint import CheckpointError, load_weights_only, write_checkpoint
+from xcit_dense.io.weights import (
     backbone_signature,
     from_released_layout,
     is_released_layout,
@@ -25,6 +24,7 @@ from xcit_dense.models.weights import (
     read_checkpoint,
     to_backbone_layout,
 )
+from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
 
 

@@ -29,7 +29,6 @@ from tqdm import tqdm
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.builder import load_config
-from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
@@ -41,6 +40,7 @@ from xcit_dense.inference import (
     predict_image,
     prediction_record,
 )
+from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.tasks import Task, task_of_config

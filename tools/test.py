@@ -14,13 +14,13 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.checkpoint import CheckpointError, local_checkpoint
 from xcit_dense.datasets.loaded_size import loader_color_type
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
-from xcit_dense.models.weights import check_matches_model, read_checkpoint
+from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
+from xcit_dense.io.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
 
 

@@ -10,14 +10,14 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.checkpoint import CheckpointError
-from xcit_dense.data_files import check_data_files
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.hooks import NonFiniteLossError
 from xcit_dense.engine.run_config import VIS_BACKENDS, assemble_training, open_tool_config
-from xcit_dense.models.weights import check_finetune_fits
+from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.weights import check_finetune_fits
+from xcit_launch.preflight import check_data_files
 
 
 def parse_args() -> argparse.Namespace:

@@ -2,7 +2,7 @@
 
 The stock ``DetInferencer`` and ``MMSegInferencer`` take a toolkit config and checkpoint as they
 take any other (MMEngine's checkpoint loader reads through the toolkit's checked reader,
-``models/checkpoint_schemes.py``). They load weights non-strictly,
+``io/checkpoint_schemes.py``). They load weights non-strictly,
 though: a segmentation checkpoint given to a detection config leaves a randomly initialised model
 behind a warning. ``build_inferencer`` returns the stock class with a check that refuses it.
 """
@@ -18,12 +18,12 @@ from pycocotools import mask as mask_utils
 from torch import nn
 from torchvision.ops import nms
 
-from .checkpoint import CheckpointError
 from .engine.compile import take_compile_option
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
-from .models.checkpoint_schemes import install_checked_schemes
-from .models.weights import check_matches_model
+from .io.checkpoint import CheckpointError
+from .io.checkpoint_schemes import install_checked_schemes
+from .io.weights import check_matches_model
 from .tasks import Task, task_of_config, task_of_model, task_of_state
 
 

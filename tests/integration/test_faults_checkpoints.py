@@ -27,7 +27,7 @@ from helpers import (
 )
 from PIL import Image
 
-from xcit_dense.models.weights import read_checkpoint
+from xcit_dense.io.weights import read_checkpoint
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import ROOT, free_port, launch_env, read_log, rewind, tiny_seg_config, train_cmd
 
-from xcit_dense.checkpoint import read_checkpoint_file
+from xcit_dense.io.checkpoint import read_checkpoint_file
 
 HOOKS = dict(imports=['xcit_dense', 'launch_hooks'], allow_failed_imports=False)
 

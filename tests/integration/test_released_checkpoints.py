@@ -11,9 +11,9 @@ from helpers import ROOT, hide_payload, own_runner_instances
 from released import SEG_CLASSES, SHAPES, manifest, released_file, released_state, tiny_config, toolkit_twin
 
 from xcit_dense.builder import build_model
-from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
-from xcit_dense.models.weights import check_finetune_fits, check_matches_model, read_checkpoint
+from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.weights import check_finetune_fits, check_matches_model, read_checkpoint
 
 TASKS = ('mask_rcnn', 'sem_fpn', 'upernet')
 

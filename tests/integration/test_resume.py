@@ -19,7 +19,7 @@ from xcit_dense.engine.resume import Restart, Resume
 COUNTED_TRAIN = f"""
 import atexit, json, os, runpy, sys
 import torch
-import xcit_dense.checkpoint as checkpoint
+import xcit_dense.io.checkpoint as checkpoint
 reads, load, load_checked = [], torch.load, checkpoint.load_checked
 def counted(f, *args, **kwargs):  # a read around the toolkit's reader would come through here
     reads.append(str(f) + (' (meta)' if kwargs.get('mmap') else ''))

@@ -16,8 +16,8 @@ import mmseg
 import pytest
 from helpers import ROOT, hide_payload, own_runner_instances
 
-from xcit_dense.checkpoint import CheckpointError
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
+from xcit_dense.io.checkpoint import CheckpointError
 
 TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
 

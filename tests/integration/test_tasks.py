@@ -11,10 +11,10 @@ import torch
 from helpers import ROOT, tiny_seg_config
 from mmengine.config import Config
 
-from xcit_dense.checkpoint import read_checkpoint_file
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
 from xcit_dense.inference import build_inferencer, predict_image
-from xcit_dense.models.weights import CheckpointError
+from xcit_dense.io.checkpoint import read_checkpoint_file
+from xcit_dense.io.weights import CheckpointError
 from xcit_dense.tasks import DETECTION, SEGMENTATION, task_of_config, task_of_state
 
 UPERNET = ROOT / 'configs/xcit/upernet_xcit_tiny_12_p16_160k_ade20k.py'

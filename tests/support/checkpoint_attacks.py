@@ -32,9 +32,9 @@ from mmdet.models.backbones import ResNet  # noqa: E402
 from mmengine.runner.checkpoint import _load_checkpoint, load_checkpoint  # noqa: E402
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
-from xcit_dense.checkpoint import CheckpointError, read_meta  # noqa: E402
 from xcit_dense.engine.data_position import progress_of  # noqa: E402
-from xcit_dense.models.weights import read_checkpoint  # noqa: E402
+from xcit_dense.io.checkpoint import CheckpointError, read_meta  # noqa: E402
+from xcit_dense.io.weights import read_checkpoint  # noqa: E402
 
 SAFE_GLOBALS.append(sorted(map(str, torch.serialization.get_safe_globals())))  # after the imports
 

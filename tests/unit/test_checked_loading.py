@@ -15,8 +15,8 @@ from helpers import ROOT, GetattrExploit
 from mmengine.fileio import LocalBackend, io as mmengine_io
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
 
-from xcit_dense.checkpoint import CheckpointError
-from xcit_dense.models.checkpoint_schemes import install_checked_schemes
+from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.checkpoint_schemes import install_checked_schemes
 from xcit_launch import entry_point
 from xcit_launch.known_warnings import KNOWN_WARNINGS
 

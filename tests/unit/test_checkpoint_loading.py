@@ -7,7 +7,7 @@ import torch
 from helpers import PickleExploit, randomize_
 from mmengine.logging import MMLogger
 
-from xcit_dense.checkpoint import CheckpointError
+from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.models.xcit import XCiT
 
 

@@ -21,14 +21,14 @@ from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
-from xcit_dense import download
-from xcit_dense.checked_unpickler import history_buffer_method
-from xcit_dense.checkpoint import AtomicLocalBackend, CheckpointError
-from xcit_dense.download import ALLOW_HTTP, cache_path
 from xcit_dense.engine import resume
 from xcit_dense.engine.hooks.rng_state import get_rng_state
-from xcit_dense.models.checkpoint_schemes import install_checked_schemes
-from xcit_dense.models.weights import read_checkpoint
+from xcit_dense.io import download
+from xcit_dense.io.checked_unpickler import history_buffer_method
+from xcit_dense.io.checkpoint import AtomicLocalBackend, CheckpointError
+from xcit_dense.io.checkpoint_schemes import install_checked_schemes
+from xcit_dense.io.download import ALLOW_HTTP, cache_path
+from xcit_dense.io.weights import read_checkpoint
 
 
 @pytest.fixture(autouse=True)
@@ -133,11 +133,11 @@ def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
 def test_every_mmengine_scheme_goes_to_the_checked_reader_or_is_refused():
     """No prefix is left to one of MMEngine's own readers (which unpickle with weights_only=False):
     object stores go through their file backend to the checked reader, pavi:// is refused."""
-    from xcit_dense.models import checkpoint_schemes
+    from xcit_dense.io import checkpoint_schemes
     loaders = {prefix: loader.__module__ for prefix, loader in CheckpointLoader._schemes.items()}
     assert {'', 'https://', 'torchvision://', 'open-mmlab://', 'openmmlab://', 'modelzoo://', 'mmcls://',
             'pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://'} <= set(loaders)
-    assert set(loaders.values()) == {'xcit_dense.models.checkpoint_schemes'}, loaders
+    assert set(loaders.values()) == {'xcit_dense.io.checkpoint_schemes'}, loaders
     assert CheckpointLoader._schemes['pavi://'] is checkpoint_schemes.refuse
     assert CheckpointLoader._schemes[r'(\S+\:)?s3://'] is checkpoint_schemes.load_from_remote_store
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from helpers import CAP_CHOWN, has_capability, require_capability
 
-from xcit_dense import download
-from xcit_dense.checkpoint import CheckpointError
-from xcit_dense.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
-from xcit_dense.models.weights import read_checkpoint
+from xcit_dense.io import download
+from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
+from xcit_dense.io.weights import read_checkpoint
 
 MIB = 1 << 20
 

@@ -5,9 +5,9 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.checkpoint import ATOMIC_WRITES
 from xcit_dense.engine.hooks import TOOLKIT_HOOKS
 from xcit_dense.engine.run_config import configure_training_hooks, declare_hooks
+from xcit_dense.io.checkpoint import ATOMIC_WRITES
 
 PLAN = dict(world_size=1, images_per_gpu=2, accumulation=1, effective_batch=2, lr=6e-5)
 

@@ -10,7 +10,7 @@ from mmengine.registry import RUNNERS
 
 from xcit_dense.engine.hooks.rng_state import RNGStateHook, get_rng_state, set_rng_state
 from xcit_dense.engine.resume import seed_from_checkpoint
-from xcit_dense.models.weights import read_checkpoint
+from xcit_dense.io.weights import read_checkpoint
 
 
 def draws() -> tuple:

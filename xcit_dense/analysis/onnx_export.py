@@ -53,7 +53,7 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
                   whole: bool = False) -> nn.Module:
     """Export a config's backbone (dynamic size) or whole tensor forward (fixed size); returns the module."""
     from ..builder import build_model
-    from ..models.weights import read_checkpoint
+    from ..io.weights import read_checkpoint
     from .flops import plain_layers_config
     model = build_model(plain_layers_config(config, {'model.backbone.init_cfg': None}),
                         init=checkpoint is None).eval()

@@ -4,7 +4,7 @@ from typing import List, Optional, Sequence, Tuple
 from mmengine.logging import print_log
 from torch import nn
 
-from ..models.weights import backbone_mismatch, diff_keys, read_checkpoint, summarise_keys, to_backbone_layout
+from ..io.weights import backbone_mismatch, diff_keys, read_checkpoint, summarise_keys, to_backbone_layout
 from .attention import class_attention_maps, classifier_from_state, xca_maps
 from .attention_plots import load_image, output_prefix, save_arrays, save_class_attention, save_xca
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ..checked_unpickler import LARGEST_INT, brief
+from ..io.checked_unpickler import LARGEST_INT, brief
 
 META_KEY = 'data_position'
 

@@ -19,9 +19,9 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checked_unpickler import MAX_REASON
-from ..checkpoint import AtomicLocalBackend, CheckpointError, read_meta
-from ..models.weights import check_matches_model, read_checkpoint
+from ..io.checked_unpickler import MAX_REASON
+from ..io.checkpoint import AtomicLocalBackend, CheckpointError, read_meta
+from ..io.weights import check_matches_model, read_checkpoint
 from . import collectives
 from .data_position import progress_of
 

@@ -18,7 +18,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..builder import load_config
-from ..checkpoint import ATOMIC_WRITES
+from ..io.checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan

@@ -17,10 +17,10 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..io.weights import load_backbone_weights
 from .fast import install_fast_layers
 from .layers import DEFAULT_NORM, ConvPatchEmbed, FourierPositionalEncoding, XCABlock
 from .presets import PRESETS, default_out_indices
-from .weights import load_backbone_weights
 
 # name -> (embed_dims, depth, num_heads, eta): the presets as tuples (public API)
 ARCH_SETTINGS: Dict[str, Tuple[int, int, int, float]] = {

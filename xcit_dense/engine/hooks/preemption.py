@@ -10,7 +10,7 @@ import sys
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...checkpoint import ATOMIC_WRITES
+from ...io.checkpoint import ATOMIC_WRITES
 from ..collectives import meet
 from ..dist import world_size
 from ..optim_wrappers import step_agreement

@@ -7,7 +7,7 @@ are downloaded by download.py. Writes go to a
 temporary file, created exclusively and renamed into place, so a kill while saving never leaves a
 truncated checkpoint under a checkpoint's name and a link planted in a shared work dir is never
 followed. What the contents mean to a model (the released models' layout, fit checks) and MMEngine's
-checkpoint schemes are in ``models/weights.py`` and ``models/checkpoint_schemes.py``.
+checkpoint schemes are in ``weights.py`` and ``checkpoint_schemes.py`` beside it.
 """
 import io
 import os

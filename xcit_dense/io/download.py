@@ -12,11 +12,18 @@ never a download written where the link points. A download stops at ``XCIT_MAX_D
 The expected SHA-256 is the one a config gives
 (``init_cfg=dict(type='Pretrained', checkpoint=URL, sha256=...)``) or the prefix in the file name
 (torch.hub's and OpenMMLab's ``name-<sha256 prefix>.pth``); a file that does not match is an error
-naming both. Each download's digest is logged so that a user can pin it. The processes of a node
-take a file lock, so one of them downloads while the others wait and then read its file.
+naming both. Each download's digest is logged so that a user can pin it.
+
+The processes that share the cache folder of a URL (a node's, where the cache is on a local disk)
+take turns under a file lock in it: the first downloads the file, hashes it and writes a marker beside
+it (``.sha256``: the digest and the file's size, mtime, ctime and inode, written to a temporary file
+and renamed into place); the others trust the marker's digest while the file's stat is the one it
+records, and hash the file again (rewriting the marker) when it is not. A cached file is not hashed
+at all when no digest is expected.
 """
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -35,6 +42,8 @@ MAX_BYTES = 'XCIT_MAX_DOWNLOAD_BYTES'
 DEFAULT_MAX_BYTES = 8 << 30
 _CHUNK = 1 << 20
 HASH_IN_NAME = re.compile(r'-([a-f0-9]{8,64})\.[A-Za-z0-9]+$')
+MARKER = '.sha256'  # beside the cached file: its digest and the stat of the file it was taken of
+_MARKER_MAX_BYTES = 4096
 
 
 class DownloadError(RuntimeError):
@@ -46,6 +55,8 @@ def cache_path(url: str) -> str:
     name = os.path.basename(unquote(urlparse(url).path))
     if name in ('', '.', '..'):
         name = 'checkpoint.pth'
+    elif name.startswith('.'):  # the folder's own entries (the lock, the marker) start with a dot
+        name = f'checkpoint{name}'
     key = hashlib.sha256(url.encode()).hexdigest()[:24]
     return os.path.join(torch.hub.get_dir(), 'checkpoints', 'xcit-dense', key, name)
 
@@ -80,6 +91,62 @@ def _check_digest(url: str, path: str, actual: str, expected: Optional[str]) -> 
     return actual
 
 
+def _stat_record(info: os.stat_result) -> dict:
+    """What the marker records of a file: enough that a file replaced or written since is told apart."""
+    return dict(size=info.st_size, mtime_ns=info.st_mtime_ns, ctime_ns=info.st_ctime_ns, inode=info.st_ino)
+
+
+def _marked_digest(folder: int, info: os.stat_result) -> Optional[str]:
+    """The digest the folder's marker records for the file of stat ``info``; None where there is no
+    marker, it cannot be read or parsed (a half-written one), or it was taken of another file."""
+    try:
+        fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return None
+    with os.fdopen(fd, 'rb') as f:
+        text = f.read(_MARKER_MAX_BYTES + 1)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    expected = _stat_record(info)
+    if not isinstance(record, dict) or {key: record.get(key) for key in expected} != expected:
+        return None
+    digest = record.get('sha256')
+    return digest if isinstance(digest, str) and re.fullmatch(r'[0-9a-f]{64}', digest) else None
+
+
+def _write_marker(folder: int, digest: str, info: os.stat_result) -> None:
+    """Record ``digest`` with the stat ``info`` of the file it was taken of: written to a temporary
+    file and renamed over the marker, so that a reader finds the whole record or the one before."""
+    tmp = f'{MARKER}.tmp-{secrets.token_hex(8)}'
+    fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, folder)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            json.dump(dict(sha256=digest, **_stat_record(info)), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, MARKER, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError as exc:
+        raise DownloadError(f'cannot write the digest marker in the download cache: {exc.strerror or exc}') from exc
+    finally:
+        try:
+            os.unlink(tmp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+
+
+def _known_digest(f: BinaryIO, folder: int) -> str:
+    """The digest of the cached file open as ``f``: the marker's while the file's stat is the one it
+    records, else hashed and the marker rewritten (for the processes after this one)."""
+    info = os.fstat(f.fileno())
+    digest = _marked_digest(folder, info)
+    if digest is None:
+        digest = _digest(f)
+        _write_marker(folder, digest, info)
+    return digest
+
+
 def _open_nofollow(name: str, flags: int, folder_fd: int, mode: int = 0o644) -> int:
     """``os.open`` of ``name`` in ``folder_fd`` that refuses a link in its place (the error names it)."""
     try:
@@ -109,8 +176,8 @@ def _own_folder(parent_fd: int, name: str, where: str) -> int:
 @contextmanager
 def _cache_folder(path: str) -> Iterator[int]:
     """The folder of ``path`` (``.../checkpoints/xcit-dense/<key>``), opened as checked by
-    :func:`_own_folder` at its two toolkit levels, and exclusively locked: one process of the node
-    at a time."""
+    :func:`_own_folder` at its two toolkit levels, and exclusively locked: one process at a time of
+    those that share the folder."""
     key_folder = os.path.dirname(path)
     toolkit_folder = os.path.dirname(key_folder)
     os.makedirs(os.path.dirname(toolkit_folder), exist_ok=True)  # the hub's own: as the user set it
@@ -183,7 +250,8 @@ def check_url(url: str, redirected_from: Optional[str] = None) -> None:
 
 
 def download(url: str, sha256: Optional[str] = None) -> str:
-    """The local path of ``url``'s file, downloading it once; checked against its digest."""
+    """The local path of ``url``'s file, downloading it once; checked against its digest where one is
+    expected (hashed once: see :data:`MARKER`)."""
     check_url(url)
     expected = expected_digest(url, sha256)
     path = cache_path(url)
@@ -198,7 +266,8 @@ def download(url: str, sha256: Optional[str] = None) -> str:
                                 f'refused)') from exc
         if cached is not None:
             with os.fdopen(cached, 'rb') as f:
-                _check_digest(url, path, _digest(f), expected)
+                if expected:
+                    _check_digest(url, path, _known_digest(f, folder), expected)
             return path
         partial = f'.partial-{secrets.token_hex(8)}'
         out = os.fdopen(_open_nofollow(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, folder), 'w+b')
@@ -217,6 +286,7 @@ def download(url: str, sha256: Optional[str] = None) -> str:
                 out.seek(0)
                 actual = _check_digest(url, path, _digest(out), expected)
             os.replace(partial, name, src_dir_fd=folder, dst_dir_fd=folder)
+            _write_marker(folder, actual, os.stat(name, dir_fd=folder, follow_symlinks=False))
         finally:
             try:
                 os.unlink(partial, dir_fd=folder)

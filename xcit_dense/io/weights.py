@@ -6,7 +6,7 @@ Three layouts are understood:
   class-attention, final-norm and head keys the dense backbone does not use;
 - timm state dicts: the same keys at top level, ``pos_embed.*`` naming;
 - this toolkit's checkpoints: ``'state_dict'`` with ``backbone.``-prefixed keys.
-Files are read by ``xcit_dense.checkpoint.read_checkpoint_file`` (weights only, never code);
+Files are read by ``xcit_dense.io.checkpoint.read_checkpoint_file`` (weights only, never code);
 :func:`read_checkpoint` gives their contents in this toolkit's layout.
 """
 import logging
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, read_checkpoint_file
+from .checkpoint import CheckpointError, read_checkpoint_file
 
 # keys of the classification model that the dense backbone has no use for
 CLASSIFICATION_ONLY = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')

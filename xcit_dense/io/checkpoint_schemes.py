@@ -33,7 +33,7 @@ from mmengine.fileio import get_file_backend, get_local_path
 from mmengine.runner import checkpoint as mmengine_checkpoint
 from mmengine.runner.checkpoint import CheckpointLoader
 
-from ..checkpoint import CheckpointError, load_weights_only, local_checkpoint
+from .checkpoint import CheckpointError, load_weights_only, local_checkpoint
 from .weights import to_toolkit_layout
 
 MODEL_ZOO_SCHEMES = ('torchvision://', 'modelzoo://', 'open-mmlab://', 'openmmlab://', 'mmcls://')

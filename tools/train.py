@@ -16,6 +16,7 @@ from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.hooks import NonFiniteLossError
+from xcit_dense.engine.out_of_memory import OUT_OF_MEMORY_STATUS, OutOfMemoryAdvice, explained
 from xcit_dense.engine.run_config import VIS_BACKENDS, assemble_training, open_tool_config
 from xcit_dense.models.weights import check_finetune_fits
 
@@ -84,7 +85,12 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     for line in run.resume.describe(cfg.work_dir):
         runner.logger.info(line)
     try:
-        runner.train()
+        with explained(cfg, run.plan):
+            runner.train()
+    except OutOfMemoryAdvice as exc:
+        runner.logger.error(str(exc))
+        print(f'error: {exc}', file=sys.stderr, flush=True)
+        sys.exit(OUT_OF_MEMORY_STATUS)
     except (NonFiniteLossError, CheckpointError) as exc:
         runner.logger.error(str(exc))
         sys.exit(f'error: {exc}')

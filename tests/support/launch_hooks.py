@@ -254,24 +254,3 @@ class CountLoads(BaseTransform):
                 f.write(os.path.basename(results['img_path']) + '\n')
         return results
 
-
-@HOOKS.register_module()
-class AllocationLimitHook(Hook):
-    """The model's forward fails as torch's CPU allocator does when a batch holds more than ``max_images``
-    images (``max_images`` per rank: a list indexed by rank, or one number for all)."""
-
-    def __init__(self, max_images) -> None:
-        self.max_images = max_images
-
-    def before_train(self, runner) -> None:
-        limit = self.max_images[runner.rank] if isinstance(self.max_images, (list, tuple)) else self.max_images
-        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
-        forward = model.forward
-
-        def limited(inputs, *args, **kwargs):
-            if len(inputs) > limit:
-                raise RuntimeError('[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough '
-                                   "memory: you tried to allocate 1073741824 bytes. (can't allocate memory)")
-            return forward(inputs, *args, **kwargs)
-
-        model.forward = limited

@@ -60,7 +60,7 @@ def _device_name(device: torch.device) -> str:
 def advice(plan: BatchPlan, mixed_precision: bool, with_cp: bool, on_gpu: bool) -> List[str]:
     """What would fit: the options the batch plan accepts together, then mixed precision (GPUs only) and
     activation checkpointing, each where the run does not use it yet."""
-    lines = []
+    lines = ['--auto-fit: the run probes before its first step and trains with what fits (same effective batch)']
     options = smaller_batches(plan.images_per_gpu, plan.accumulation)
     if options:
         images, accumulation = options[0]

@@ -22,6 +22,7 @@ from mmengine.config import Config
 
 from xcit_dense.allocation_failures import is_out_of_memory
 from xcit_dense.datasets import SkipBadSamples
+from xcit_dense.engine.auto_fit import fit
 from xcit_dense.engine.out_of_memory import OUT_OF_MEMORY_STATUS, smaller_batches
 
 
@@ -196,3 +197,18 @@ def test_auto_fit_where_one_image_does_not_fit_gives_the_advice_before_training(
     assert 'auto-fit: 1 images per GPU x accumulation 2: out of memory on rank(s) 0' in proc.stderr
     assert '--cfg-options model.backbone.with_cp=True' in proc.stderr and '--auto-fit: the run' not in proc.stderr
     assert not (tmp_path / 'run').exists() or not list((tmp_path / 'run').rglob('*.pth'))
+
+
+@pytest.mark.slow
+def test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch(tmp_path):
+    """The detector's probe batch (boxes, masks, metainfo) goes through the real data preprocessor, RPN,
+    RoI heads and backward; on a CPU the planned 2 images fit at once."""
+    from bad_data import tiny_det_config
+
+    from xcit_dense.tasks import task_of_config
+    cfg = Config.fromfile(tiny_det_config(tmp_path, tmp_path))
+    task_of_config(cfg).import_models()
+    (images, accumulation), lines = fit(cfg, cfg.model, 2, 1, amp=None)
+    assert (images, accumulation) == (2, 1)
+    assert lines[1:] == ['auto-fit: 2 images per GPU x accumulation 1: fits on every rank']
+    assert lines[0].startswith('auto-fit: probing ') and 'with 50 instances each (amp off' in lines[0]

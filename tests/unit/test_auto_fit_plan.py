@@ -62,3 +62,4 @@ def test_a_recorded_fit_is_reused_only_for_the_same_request_world_size_and_devic
     assert 'the device changed' in recorded.differs_from(FitRecord((2, 1), None, 8, 'NVIDIA A100', 85 * 2**30))
     assert recorded.as_meta() == dict(requested=[2, 1], fitted=[1, 2], world_size=8,
                                       device='NVIDIA H100 80GB HBM3', total_memory=85 * 2**30)
+

@@ -12,8 +12,10 @@ from mmengine.registry import RUNNERS
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
+from xcit_dense.engine.auto_fit import AutoFitError
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.hooks import NonFiniteLossError
+from xcit_dense.engine.out_of_memory import OUT_OF_MEMORY_STATUS, OutOfMemoryAdvice, explained
 from xcit_dense.engine.run_config import VIS_BACKENDS, assemble_training, open_tool_config
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.weights import check_finetune_fits
@@ -37,6 +39,10 @@ def parse_args() -> argparse.Namespace:
     scale.add_argument('--scale-lr', dest='scale_lr', action='store_true', default=None,
                        help='scale the LR by effective batch / reference batch (config: auto_scale_lr.enable)')
     scale.add_argument('--no-scale-lr', dest='scale_lr', action='store_false')
+    parser.add_argument('--auto-fit', action='store_true',
+                        help='before the first step, probe the memory and train with fewer images per GPU and '
+                             'more accumulation (same effective batch) if the planned batch does not fit '
+                             '(config: auto_fit.enable)')
     parser.add_argument('--skip-nonfinite', action='store_true',
                         help='skip batches with a NaN/inf loss (counted in the log) instead of stopping')
     parser.add_argument('--vis-backend', action='append', choices=sorted(VIS_BACKENDS), default=[],
@@ -64,7 +70,10 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     """Assemble the run, build the Runner and train; the Runner is garbage once this returns."""
     try:
         run = assemble_training(cfg, args, world_size())
-    except ValueError as exc:
+    except OutOfMemoryAdvice as exc:
+        print(f'error: {exc}', file=sys.stderr, flush=True)
+        sys.exit(OUT_OF_MEMORY_STATUS)
+    except (ValueError, AutoFitError) as exc:
         sys.exit(f'error: {exc}')
     except (CheckpointError, FileNotFoundError) as exc:
         sys.exit(f'error: cannot resume: {exc}')
@@ -81,10 +90,17 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
     runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe()}')
+    for line in run.fit_lines:
+        runner.logger.info(line)
     for line in run.resume.describe(cfg.work_dir):
         runner.logger.info(line)
     try:
-        runner.train()
+        with explained(cfg, run.plan):
+            runner.train()
+    except OutOfMemoryAdvice as exc:
+        runner.logger.error(str(exc))
+        print(f'error: {exc}', file=sys.stderr, flush=True)
+        sys.exit(OUT_OF_MEMORY_STATUS)
     except (NonFiniteLossError, CheckpointError) as exc:
         runner.logger.error(str(exc))
         sys.exit(f'error: {exc}')

@@ -14,6 +14,7 @@ Usage: python tools/torchrun.py [torchrun arguments] SCRIPT [script arguments]
 """
 import logging
 import re
+import signal
 import sys
 from typing import List, Optional
 
@@ -101,6 +102,10 @@ def main(argv: List[str]) -> int:
         run(parse_args(argv))
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
+        if failure.exitcode == -signal.SIGKILL:  # no error of its own above
+            print(f'error: rank {rank} (pid {failure.pid}) was killed by signal 9: likely out of memory (the '
+                  f"kernel's out-of-memory killer: see dmesg on its host)", file=sys.stderr, flush=True)
+            return 1
         how = f'signal {failure.signal_name()}' if failure.exitcode < 0 else f'exit code {failure.exitcode}'
         print(f'error: rank {rank} (pid {failure.pid}) failed first ({how}); its error is above',
               file=sys.stderr, flush=True)

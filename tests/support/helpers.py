@@ -90,6 +90,7 @@ def tiny_seg_config(tmp_path: Path, data_root: Path, **overrides) -> Path:
         'randomness': dict(seed=0, deterministic=True),
         'env_cfg': dict(cudnn_benchmark=False),
     }
+    cfg['model'].update(overrides.pop('model', {}))  # the tiny model's keys kept, others added or replaced
     cfg.update(overrides)
     path = tmp_path / 'tiny_sem_fpn.py'
     path.write_text('\n'.join(f'{k} = {v!r}' for k, v in cfg.items()) + '\n')

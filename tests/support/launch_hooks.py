@@ -253,3 +253,4 @@ class CountLoads(BaseTransform):
             with open(path, 'a') as f:
                 f.write(os.path.basename(results['img_path']) + '\n')
         return results
+

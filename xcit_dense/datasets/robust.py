@@ -18,6 +18,7 @@ from mmengine.logging import print_log
 from mmengine.registry import DATASETS
 from pycocotools import mask as mask_utils
 
+from ..allocation_failures import is_out_of_memory
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from .annotations import polygon_problem, rle_problem
 from .files import IMAGE, LABEL_MAP, check_image_file, check_inside
@@ -138,7 +139,9 @@ class _CheckedSamples:
             sample = self.dataset[idx]
         except BadSample:
             raise
-        except Exception as exc:  # any per-sample failure: a decode error, a transform's, ...
+        except Exception as exc:  # a decode error, a transform's, ...; an allocation failure is no bad sample
+            if is_out_of_memory(exc):
+                raise
             raise _diagnose(info, folders, self.max_image_pixels, self.max_image_bytes, exc) from exc
         self._check_labels(sample, info)
         return sample

@@ -8,9 +8,10 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,7 @@ from ..builder import load_config
 from ..io.checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
+from .auto_fit import FitRecord, device_record, fit, record_from
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
@@ -176,32 +178,67 @@ def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
 
 @dataclass
 class TrainingRun:
-    """What ``assemble_training`` decided besides the config: the batch plan and where the run starts."""
+    """What ``assemble_training`` decided besides the config: the batch plan, where the run starts, and
+    what ``--auto-fit`` found (log lines, empty without it)."""
 
     plan: BatchPlan
     resume: Resume
+    fit_lines: List[str] = field(default_factory=list)
+
+
+def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
+                        checkpoint: Optional[dict]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
+    """``--auto-fit`` (or ``auto_fit.enable``): the (images per GPU, accumulation) this run trains with,
+    probed (engine/auto_fit.py) or, on a resume with the same request, world size and device, as the
+    checkpoint recorded; written back to ``train_dataloader.batch_size`` and recorded in checkpoints
+    (``AutoFitHook``). (None, []) when auto-fit is off."""
+    settings = cfg.get('auto_fit') or {}
+    if not (getattr(args, 'auto_fit', False) or settings.get('enable')):
+        return None, []
+    requested = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+    device, total_memory = device_record()
+    request = FitRecord((requested.images_per_gpu, requested.accumulation), None, world_size, device, total_memory)
+    previous = record_from((checkpoint or {}).get('meta'))
+    why = previous.differs_from(request) if previous is not None else None
+    if previous is not None and why is None:
+        fitted = previous.fitted
+        lines = [f'auto-fit: {fitted[0]} images per GPU x accumulation {fitted[1]}, as the checkpoint recorded '
+                 f'for the same request, world size and device (not probed)']
+    else:
+        probe_model = deepcopy(cfg.model)
+        replace_sync_bn(probe_model)
+        fitted, lines = fit(cfg, probe_model, *request.requested, amp=args.amp)
+        if previous is not None:
+            lines.insert(0, f'auto-fit: probing again, not reusing the checkpoint\'s fit: {why}')
+    cfg.train_dataloader.batch_size = fitted[0]
+    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []),
+                        dict(type='AutoFitHook', record=request.with_fit(fitted).as_meta())]
+    return fitted, lines
 
 
 def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
     """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
-    the batch plan, norms and DDP for this machine, trackers, the toolkit's hooks, the optimizer wrapper,
-    the sample checks, the work dir, and the checkpoint to resume from (read once; ``Resume.hand_to``
-    gives it to the Runner).
+    the checkpoint to resume from (read once, first: ``--auto-fit`` reuses what it recorded;
+    ``Resume.hand_to`` gives it to the Runner), the batch plan (auto-fitted on request), norms and DDP
+    for this machine, trackers, the toolkit's hooks, the optimizer wrapper, the sample checks and the
+    work dir.
 
     Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
     checkpoint that cannot be resumed from."""
-    plan = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    resume = Resume.choose(cfg.work_dir, args.resume)
+    fitted, fit_lines = fit_batch_to_memory(cfg, args, world_size, resume.checkpoint)
+    accumulation, keep_total_batch = (fitted[1], False) if fitted else (args.accumulation, args.keep_total_batch)
+    plan = resolve_batch_plan(cfg, world_size, accumulation, keep_total_batch, args.scale_lr)
     apply_batch_plan(cfg, plan)
     adapt_to_machine(cfg)
     add_vis_backends(cfg, args.vis_backend)
     configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
     configure_optim_wrapper(cfg, plan, args.amp)
     check_samples(cfg, ['train_dataloader', 'val_dataloader'])
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
-    resume = Resume.choose(cfg.work_dir, args.resume)
     resume.configure(cfg)
     if resume.path or cfg.get('load_from'):
         # the checkpoint holds every backbone weight (checked once built): no pretrained file is read
         # or downloaded only to be overwritten
         cfg.model.backbone.init_cfg = None
-    return TrainingRun(plan, resume)
+    return TrainingRun(plan, resume, fit_lines)

@@ -2,6 +2,7 @@
 
 The runtime base configs declare them as named ``default_hooks`` entries (see TOOLKIT_HOOKS).
 """
+from .auto_fit_record import AUTO_FIT_KEY, AutoFitHook
 from .batch_plan_hook import BatchPlanHook
 from .data_position_hook import DataPositionHook
 from .eval_progress import EvalProgressHook
@@ -19,5 +20,6 @@ TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      data_position='DataPositionHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook', step_bound='StepBoundHook')
 
-__all__ = ['BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
+__all__ = ['AUTO_FIT_KEY', 'AutoFitHook',
+           'BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
            'PreemptionHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']

@@ -1,0 +1,65 @@
+"""--auto-fit's arithmetic: the largest padded input of the recipes' pipelines, the candidate plans, and
+when a recorded fit may be reused."""
+import pytest
+from helpers import ROOT
+from mmengine.config import Config
+
+from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, probe_shape
+
+pytestmark = pytest.mark.quick
+
+
+@pytest.mark.parametrize('config, shape', [
+    # multi-scale resize to at most 1333 x 800, padded to 32 (1344 x 800); batches grouped by aspect ratio
+    ('configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py', (800, 1344)),
+    # RandomResize of (2048, 512) up to 2x, cropped to 512 x 512, padded to size (512, 512)
+    ('configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py', (512, 512)),
+    # large-scale jitter of (1024, 1024) up to 2x, cropped to 1024 x 1024; batches not grouped: a square
+    ('configs/examples/mask2former_xcit_tiny_12_p16_lsj_50e_coco.py', (1024, 1024)),
+])
+def test_probe_shape_of_the_recipes(config, shape):
+    assert probe_shape(Config.fromfile(ROOT / config)) == shape
+
+
+def test_probe_shape_takes_the_largest_branch_and_squares_ungrouped_batches():
+    cfg = Config(dict(
+        model=dict(data_preprocessor=dict(pad_size_divisor=32)),
+        train_dataloader=dict(dataset=dict(type='SkipBadSamples', dataset=dict(pipeline=[
+            dict(type='LoadImageFromFile'),
+            dict(type='RandomChoice', transforms=[
+                [dict(type='Resize', scale=(1000, 600), keep_ratio=True)],
+                [dict(type='RandomResize', scale=[(900, 500), (1100, 700)], keep_ratio=True),
+                 dict(type='RandomCrop', crop_size=(640, 640))]]),
+        ])))))
+    assert probe_shape(cfg) == (1024, 1024)  # long side 1000 (the first branch), rounded up to 32, squared
+
+
+def test_probe_shape_asks_for_the_shape_when_the_pipeline_does_not_bound_it():
+    cfg = Config(dict(model=dict(), train_dataloader=dict(dataset=dict(pipeline=[dict(type='LoadImageFromFile')]))))
+    with pytest.raises(AutoFitError, match=r'does not bound the image size .* set auto_fit.probe_shape'):
+        probe_shape(cfg)
+    cfg.auto_fit = dict(probe_shape=(480, 640))
+    assert probe_shape(cfg) == (480, 640)
+    cfg.auto_fit = dict(probe_shape=640)
+    with pytest.raises(AutoFitError, match=r'must be \(height, width\) in pixels, got 640'):
+        probe_shape(cfg)
+
+
+def test_candidates_keep_images_times_accumulation():
+    assert candidates(2, 1) == [(2, 1), (1, 2)]
+    assert candidates(4, 2) == [(4, 2), (2, 4), (1, 8)]
+    assert candidates(3, 2) == [(3, 2), (2, 3), (1, 6)]
+    assert candidates(1, 8) == [(1, 8)]
+
+
+def test_a_recorded_fit_is_reused_only_for_the_same_request_world_size_and_device():
+    recorded = FitRecord((2, 1), (1, 2), 8, 'NVIDIA H100 80GB HBM3', 85 * 2**30)
+    assert recorded.differs_from(FitRecord((2, 1), None, 8, 'NVIDIA H100 80GB HBM3', 85 * 2**30)) is None
+    assert recorded.differs_from(FitRecord((2, 1), None, 16, 'NVIDIA H100 80GB HBM3', 85 * 2**30)) == \
+        'the world size changed (8 -> 16)'
+    assert recorded.differs_from(FitRecord((4, 1), None, 8, 'NVIDIA H100 80GB HBM3', 85 * 2**30)) == \
+        'the requested plan (images per GPU, accumulation) changed ((2, 1) -> (4, 1))'
+    assert 'the device changed' in recorded.differs_from(FitRecord((2, 1), None, 8, 'NVIDIA A100', 85 * 2**30))
+    assert recorded.as_meta() == dict(requested=[2, 1], fitted=[1, 2], world_size=8,
+                                      device='NVIDIA H100 80GB HBM3', total_memory=85 * 2**30)
+

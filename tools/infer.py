@@ -60,6 +60,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--overlap-iou', type=float, default=DRAWN_OVERLAP_IOU,
                         help='of drawn boxes overlapping at a higher IoU, only the best scoring is drawn, '
                              'whatever its class (1: all drawn; results.json keeps all)')
+    parser.add_argument('--raw-weights', action='store_true',
+                        help='a checkpoint trained with --ema: predict with the trained weights, not their average')
     parser.add_argument('--limit', type=int, help='process at most this many images')
     parser.add_argument('--min-size', type=int, default=384,
                         help='pictures of smaller images are enlarged to this short side')
@@ -156,9 +158,11 @@ def main() -> None:
         cfg = load_config(args.config)
         cfg.visualizer.save_dir = str(out_dir)  # its LocalVisBackend's folder (pictures go to out_file)
         task = task_of_config(cfg)
-        inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device())
+        inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device(),
+                                      raw_weights=args.raw_weights)
     except (ValueError, CheckpointError, RuntimeError) as exc:
         sys.exit(f'error: {exc}')
+    tqdm.write(inferencer.weights_used, file=sys.stderr)
     visualizer = inferencer.visualizer
     visualizer.alpha = 0.5
     meta = dict(inferencer.model.dataset_meta or {})

@@ -19,6 +19,7 @@ from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
 from xcit_dense.engine.dist import describe_topology, exit_once_per_node
 from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
+from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
@@ -34,6 +35,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
     parser.add_argument('--tta', action='store_true',
                         help="test-time augmentation: the config's tta_pipeline and tta_model")
+    parser.add_argument('--raw-weights', action='store_true',
+                        help='a checkpoint trained with --ema: evaluate the trained weights, not their average')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config values, e.g. test_dataloader.batch_size=2')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -106,8 +109,10 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     try:
         loaded = read_checkpoint(args.checkpoint)  # once: for the checks below and the Runner's load
         check_matches_model(runner.model, args.checkpoint, loaded)
-    except CheckpointError as exc:
+        weights = select_weights(loaded, args.raw_weights, args.checkpoint)
+    except (CheckpointError, ValueError) as exc:
         sys.exit(f'error: {exc}')
+    runner.logger.info(weights)
     warn_other_classes(runner, args.checkpoint, loaded)
     if hasattr(runner, 'hand_checkpoint'):
         runner.hand_checkpoint(args.checkpoint, loaded)

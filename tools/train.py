@@ -43,6 +43,10 @@ def parse_args() -> argparse.Namespace:
                         help='before the first step, probe the memory and train with fewer images per GPU and '
                              'more accumulation (same effective batch) if the planned batch does not fit '
                              '(config: auto_fit.enable)')
+    parser.add_argument('--ema', nargs='?', const=0.9999, type=float, metavar='DECAY',
+                        help='train an exponential moving average of the weights beside the model (decay per '
+                             'optimizer step, default 0.9999), validated and saved as the checkpoint\'s weights '
+                             '(config: model_ema)')
     parser.add_argument('--skip-nonfinite', action='store_true',
                         help='skip batches with a NaN/inf loss (counted in the log) instead of stopping')
     parser.add_argument('--vis-backend', action='append', choices=sorted(VIS_BACKENDS), default=[],
@@ -90,7 +94,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
     runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe()}')
-    for line in run.fit_lines:
+    for line in run.notes:
         runner.logger.info(line)
     for line in run.resume.describe(cfg.work_dir):
         runner.logger.info(line)

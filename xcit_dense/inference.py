@@ -21,6 +21,7 @@ from torchvision.ops import nms
 from .engine.compile import take_compile_option
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
+from .io.averaged_weights import select_weights
 from .io.checkpoint import CheckpointError
 from .io.checkpoint_schemes import install_checked_schemes
 from .io.weights import check_matches_model
@@ -28,10 +29,12 @@ from .tasks import Task, task_of_config, task_of_model, task_of_state
 
 
 class CheckedWeights:
-    """Mixin for a stock inferencer: refuse weights of the other task or of another model."""
+    """Mixin for a stock inferencer: refuse weights of the other task or of another model; of a checkpoint
+    trained with ``--ema``, take the average (or, with ``raw_weights``, the trained weights)."""
 
-    def __init__(self, model: Union[str, Config], weights: Optional[str] = None, **kwargs) -> None:
-        self.weights_source = weights
+    def __init__(self, model: Union[str, Config], weights: Optional[str] = None, raw_weights: bool = False,
+                 **kwargs) -> None:
+        self.weights_source, self.raw_weights, self.weights_used = weights, raw_weights, None
         self.config_source = (model if isinstance(model, str)
                               else getattr(model, 'filename', None) or 'the config')
         super().__init__(model=model, weights=weights, **kwargs)
@@ -48,6 +51,7 @@ class CheckedWeights:
                                       f'{self.config_source} builds a {task.name} model: pass the '
                                       f'config it was trained with')
             check_matches_model(model, self.weights_source)
+            self.weights_used = select_weights(checkpoint, self.raw_weights, self.weights_source)
         super()._load_weights_to_model(model, checkpoint, cfg)
 
 
@@ -63,19 +67,20 @@ def default_device() -> str:
     return f'cuda:{torch.cuda.current_device()}' if gpus_present() else 'cpu'
 
 
-def build_inferencer(config: Union[str, Config], weights: str,
-                     device: Optional[str] = None) -> BaseInferencer:
-    """The stock inferencer of the config's task on ``weights`` (on ``device``, default
-    ``default_device()``), refusing a checkpoint of the other task or of another model with
-    ``CheckpointError``, and an mmcv build without ops for a GPU asked for with RuntimeError.
-    MMEngine's checkpoint schemes read checked from then on (``install_checked_schemes``)."""
+def build_inferencer(config: Union[str, Config], weights: str, device: Optional[str] = None,
+                     raw_weights: bool = False) -> BaseInferencer:
+    """The stock inferencer of the config's task on ``weights`` (on ``device``, default ``default_device()``;
+    of an EMA checkpoint the average unless ``raw_weights``), refusing a checkpoint of the other task or of
+    another model with ``CheckpointError``, and an mmcv build without ops for a GPU asked for with
+    RuntimeError. MMEngine's checkpoint schemes read checked from then on (``install_checked_schemes``)."""
     install_checked_schemes()
     device = device or default_device()
     if device.startswith('cuda'):
         check_cuda_ops(torch.device(device).index)  # that GPU only (None: the current one)
     cfg = (Config.fromfile(config) if isinstance(config, str) else config).copy()
     cfg.model = take_compile_option(cfg.model)[0]  # the run's option: inference runs the eager model
-    return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device)
+    return inferencer_class(task_of_config(cfg))(model=cfg, weights=weights, device=device,
+                                                 raw_weights=raw_weights)
 
 
 def predict_image(inferencer: BaseInferencer, image: np.ndarray) -> BaseDataElement:

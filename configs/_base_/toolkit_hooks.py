@@ -26,3 +26,8 @@ default_hooks = dict(
     eval_progress=dict(type='EvalProgressHook'),
     # checkpoints are written to a temporary file and renamed, never left half-written
     checkpoint=dict(backend_args=dict(backend='atomic_local')))
+
+# An exponential moving average of the weights (timm's --model-ema), off by default; tools/train.py
+# --ema [DECAY] switches it on. Updated once per optimizer step; validation and the checkpoints'
+# state_dict use the average (engine/hooks/model_ema.py).
+model_ema = dict(enable=False, decay=0.9999, warmup=2000)

@@ -26,7 +26,7 @@ from .auto_fit import FitRecord, device_record, fit, record_from
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
-from .hooks import TOOLKIT_HOOKS
+from .hooks import TOOLKIT_HOOKS, ema_hook
 from .optim_wrappers import GUARDED
 from .resume import Resume
 
@@ -179,11 +179,11 @@ def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
 @dataclass
 class TrainingRun:
     """What ``assemble_training`` decided besides the config: the batch plan, where the run starts, and
-    what ``--auto-fit`` found (log lines, empty without it)."""
+    what the log says after the plan (``--auto-fit``'s tries, the weights' average)."""
 
     plan: BatchPlan
     resume: Resume
-    fit_lines: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
 
 def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
@@ -216,6 +216,20 @@ def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
     return fitted, lines
 
 
+def configure_ema(cfg: Config, decay: Optional[float], plan: BatchPlan) -> List[str]:
+    """``--ema DECAY`` (or ``model_ema.enable`` in the config): an average of the weights trained beside
+    the model (hooks/model_ema.py), updated once per optimizer step; the log line that says so."""
+    settings = dict(cfg.get('model_ema') or {})
+    if decay is None and not settings.get('enable'):
+        return []
+    decay = settings.get('decay', 0.9999) if decay is None else decay
+    warmup = settings.get('warmup', 2000)
+    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), ema_hook(decay, warmup)]
+    return [f'EMA of the weights: decay {decay} per optimizer step (effective batch {plan.effective_batch}, '
+            f'accumulation {plan.accumulation}), warm-up {warmup} steps; validation and the checkpoints\' '
+            f'state_dict use the average (ema_state_dict: the trained weights)']
+
+
 def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
     """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
     the checkpoint to resume from (read once, first: ``--auto-fit`` reuses what it recorded;
@@ -241,4 +255,4 @@ def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) ->
         # the checkpoint holds every backbone weight (checked once built): no pretrained file is read
         # or downloaded only to be overwritten
         cfg.model.backbone.init_cfg = None
-    return TrainingRun(plan, resume, fit_lines)
+    return TrainingRun(plan, resume, fit_lines + configure_ema(cfg, args.ema, plan))

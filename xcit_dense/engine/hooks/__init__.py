@@ -6,6 +6,7 @@ from .auto_fit_record import AUTO_FIT_KEY, AutoFitHook
 from .batch_plan_hook import BatchPlanHook
 from .data_position_hook import DataPositionHook
 from .eval_progress import EvalProgressHook
+from .model_ema import OptimizerStepEMAHook, WarmupEMA, ema_hook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
 from .rng_state import RNGStateHook
@@ -20,6 +21,6 @@ TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      data_position='DataPositionHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook', step_bound='StepBoundHook')
 
-__all__ = ['AUTO_FIT_KEY', 'AutoFitHook',
-           'BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
-           'PreemptionHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']
+__all__ = ['AUTO_FIT_KEY', 'AutoFitHook', 'BatchPlanHook', 'DataPositionHook', 'EvalProgressHook',
+           'NonFiniteLossError', 'NonFiniteLossHook', 'OptimizerStepEMAHook', 'PreemptionHook', 'RNGStateHook',
+           'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook', 'WarmupEMA', 'ema_hook']

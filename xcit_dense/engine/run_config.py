@@ -7,7 +7,6 @@ the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample c
 import argparse
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -19,6 +18,7 @@ from mmengine.logging import print_log
 
 from ..builder import load_config
 from ..checkpoint import ATOMIC_WRITES
+from ..errors import ConfigNotFoundError
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
@@ -33,10 +33,10 @@ def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
     """The start tools/train.py and tools/test.py share: the config at ``path`` with ``cfg_options``,
     its task's models imported (before the Runner does: a segmentation run keeps mmdet out).
 
-    A missing file ends the process with the error; a config that does not load raises ValueError.
+    A missing file raises ConfigNotFoundError; a config that does not load raises ValueError.
     (The GPU and its ops are checked once the rank's device is set: ``init_distributed``.)"""
     if not os.path.isfile(path):
-        sys.exit(f'error: config file not found: {path}')
+        raise ConfigNotFoundError(f'config file not found: {path}')
     cfg = load_config(path, cfg_options)
     task_of_config(cfg).import_models()
     return cfg

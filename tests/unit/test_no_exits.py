@@ -4,13 +4,14 @@ tools/ wrappers run, and the designed ``os._exit`` calls listed here (after a bo
 peer gone, a multi-process run ends at once: docs/exit-abort.md). Read from the source with ``ast``.
 """
 import ast
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 import pytest
-from helpers import ROOT
-
-pytestmark = pytest.mark.quick
+from helpers import ROOT, env, free_port
 
 PACKAGES = ('xcit_dense', 'xcit_launch')
 # (file, enclosing function): the process ends there by design, without unwinding
@@ -76,6 +77,7 @@ def unexpected_exits(root: Path) -> Tuple[List[Site], Dict[Tuple[str, str], int]
     return unexpected, designed
 
 
+@pytest.mark.quick
 def test_the_scan_finds_every_way_to_exit(tmp_path):
     source = tmp_path / 'sample.py'
     source.write_text('import os, sys\nfrom os import _exit\n'
@@ -89,12 +91,14 @@ def test_the_scan_finds_every_way_to_exit(tmp_path):
         ('h', 11, 'SystemExit'), ('h', 12, 'os._exit'), ('', 13, 'exit'), ('', 14, 'quit')]
 
 
+@pytest.mark.quick
 def test_the_tools_run_these_mains():
     """The scan of tools/ finds the wrappers (a renamed wrapper would silently narrow the exemption)."""
     assert mains_tools_run(ROOT) == {'xcit_launch/torchrun.py', 'xcit_launch/mmcv_build.py',
                                      'xcit_launch/preflight.py'}
 
 
+@pytest.mark.quick
 def test_the_library_raises_and_only_the_tools_exit():
     unexpected, designed = unexpected_exits(ROOT)
     assert not unexpected, 'the library ends the process (raise an exception; a tool\'s main turns it ' \
@@ -102,3 +106,25 @@ def test_the_library_raises_and_only_the_tools_exit():
                                              for name, where, line, what in unexpected)
     assert designed == {site: 1 for site in DESIGNED_OS_EXITS}, \
         f'the designed os._exit calls moved or multiplied (update DESIGNED_OS_EXITS): {designed}'
+
+
+@pytest.mark.slow  # two launched processes with a process group (about 15 s)
+@pytest.mark.parametrize('raised, status, message', [
+    ("ToolkitError('the input is wrong')", 1, 'error: the input is wrong'),
+    ('Preempted(signal.SIGTERM)', 128 + signal.SIGTERM, None),  # silent, as tools/train.py
+])
+def test_a_multi_process_run_ends_on_the_toolkits_errors_as_the_tools_do(raised, status, message):
+    """Inside ``process_group`` of a real (one-process gloo) group, the toolkit's exceptions end the
+    process at once (the designed os._exit) with the tools' message and status, without a traceback."""
+    script = ('import signal\n'
+              'from xcit_dense.engine.dist import process_group\n'
+              'from xcit_dense.errors import Preempted, ToolkitError\n'
+              'with process_group("pytorch"):\n'
+              f'    raise {raised}\n')
+    variables = dict(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR='127.0.0.1', MASTER_PORT=free_port())
+    proc = subprocess.run([sys.executable, '-c', script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env(**variables))
+    assert proc.returncode == status, proc.stderr[-2000:]
+    assert 'Traceback' not in proc.stderr and 'Error' not in proc.stderr, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert (lines[-1] if message else [line for line in lines if 'error' in line]) == (message or []), lines

@@ -24,7 +24,7 @@ from ..tasks import task_of_config
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
-from .hooks import TOOLKIT_HOOKS
+from .hooks import toolkit_hooks
 from .optim_wrappers import GUARDED
 from .resume import Resume
 
@@ -119,18 +119,21 @@ def configure_optim_wrapper(cfg: Config, plan: Optional[BatchPlan] = None, amp: 
         wrapper.type = GUARDED.get(kind, kind)
 
 
-def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
+def declare_hooks(cfg: Config, names: Optional[Iterable[str]] = None) -> None:
     """Settle the toolkit's ``default_hooks`` entries before the Runner is built.
 
-    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names``;
-    a type the config already has in ``custom_hooks`` is not added twice; an entry switched
-    off with None is dropped, since MMEngine only accepts None for its own default hooks.
+    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names`` (None:
+    every one it declares); a type the config already has in ``custom_hooks`` is not added twice;
+    an entry switched off with None is dropped, since MMEngine only accepts None for its own
+    default hooks.
     """
     if cfg.get('default_hooks') is None:
         cfg.default_hooks = {}
     default_hooks = cfg.default_hooks
     custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
-    for name, hook_type in TOOLKIT_HOOKS.items():
+    declared = toolkit_hooks()
+    names = set(declared if names is None else names)
+    for name, hook_type in declared.items():
         if hook_type in custom:
             default_hooks.pop(name, None)
         elif name not in default_hooks:

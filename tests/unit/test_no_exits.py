@@ -28,6 +28,9 @@ Site = Tuple[str, str, int, str]  # file, enclosing function ('' at module level
 
 def exits(path: Path, name: str) -> Iterator[Site]:
     """Every way the source at ``path`` (shown as ``name``) ends the process, with its enclosing function."""
+    text = path.read_text()
+    if 'exit' not in text and 'quit' not in text:  # every name of EXIT_CALLS and EXIT_NAMES holds one
+        return
     def visit(node: ast.AST, scope: List[str]) -> Iterator[Site]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -44,7 +47,7 @@ def exits(path: Path, name: str) -> Iterator[Site]:
                     if (child.module, alias.name) in EXIT_CALLS:
                         yield name, where, child.lineno, f'from {child.module} import {alias.name}'
             yield from visit(child, scope)
-    yield from visit(ast.parse(path.read_text(), str(path)), [])
+    yield from visit(ast.parse(text, str(path)), [])
 
 
 def mains_tools_run(root: Path) -> Set[str]:

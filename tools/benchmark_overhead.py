@@ -143,8 +143,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
                              'load avg (toolkit / mmdet)']), '']
     if 'hooks' in args.parts:
         print('toolkit hooks all on against all off (one process):')
-        from xcit_dense.engine.hooks import TOOLKIT_HOOKS  # kept equal to configs/_base_/toolkit_hooks.py
-        off = [f'default_hooks.{name}=None' for name in TOOLKIT_HOOKS]
+        from xcit_dense.engine.hooks import toolkit_hooks  # as configs/_base_/toolkit_hooks.py declares them
+        off = [f'default_hooks.{name}=None' for name in toolkit_hooks()]
         rows, parts = [], []
         for pair in range(args.pairs):
             sides = [('hooks on', []), ('hooks off', off)]

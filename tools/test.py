@@ -17,8 +17,9 @@ import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; ch
 from xcit_dense.datasets.loaded_size import loader_color_type
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
-from xcit_dense.engine.dist import describe_topology, exit_once_per_node
+from xcit_dense.engine.dist import defer_to_node_leader, describe_topology
 from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
+from xcit_dense.errors import ToolkitError
 from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
@@ -48,7 +49,7 @@ def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
     task = task_of_config(cfg)
     if out:
         if not out.endswith(('.pkl', '.pickle')):
-            sys.exit(f'error: --out must be a .pkl file, got {out}')
+            raise ToolkitError(f'--out must be a .pkl file, got {out}')
         dump = dict(type=task.dump_results, out_file_path=os.path.abspath(out))
         evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
         cfg.test_evaluator = [*evaluators, dump]
@@ -80,24 +81,31 @@ def warn_other_classes(runner, checkpoint: str, loaded: dict) -> None:
 
 
 def main() -> None:
+    """The command line: the toolkit's errors become ``error: ...`` and status 1 (in a
+    multi-process run ``process_group`` ends the process alike)."""
     args = parse_args()
     try:
-        cfg = open_tool_config(args.config, args.cfg_options)
-        if '://' not in args.checkpoint and not os.path.isfile(args.checkpoint):
-            sys.exit(f'error: checkpoint file not found: {args.checkpoint}')
-        if args.tta:
-            use_tta(cfg)
-        args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
-        read_checkpoint(args.checkpoint)
-    except (ValueError, CheckpointError) as exc:
-        exit_once_per_node(f'error: {exc}')
-    cfg.launcher = args.launcher
-    with process_group(args.launcher) as backend:
-        evaluate(cfg, args, backend)
+        try:
+            cfg = open_tool_config(args.config, args.cfg_options)
+            if '://' not in args.checkpoint and not os.path.isfile(args.checkpoint):
+                sys.exit(f'error: checkpoint file not found: {args.checkpoint}')
+            if args.tta:
+                use_tta(cfg)
+            args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
+            read_checkpoint(args.checkpoint)
+        except (ValueError, CheckpointError) as exc:
+            defer_to_node_leader()
+            sys.exit(f'error: {exc}')
+        cfg.launcher = args.launcher
+        with process_group(args.launcher) as backend:
+            evaluate(cfg, args, backend)
+    except ToolkitError as exc:
+        sys.exit(f'error: {exc}')
 
 
 def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
-    """Build the Runner and test; the Runner is garbage once this returns."""
+    """Build the Runner and test; the Runner is garbage once this returns. Raises ToolkitError
+    (inside the process group: no exit here, see ``main``)."""
     adapt_to_machine(cfg)
     configure_outputs(cfg, args.out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
@@ -111,7 +119,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
         check_matches_model(runner.model, args.checkpoint, loaded)
         weights = select_weights(loaded, args.raw_weights, args.checkpoint)
     except (CheckpointError, ValueError) as exc:
-        sys.exit(f'error: {exc}')
+        raise ToolkitError(str(exc)) from exc
     runner.logger.info(weights)
     warn_other_classes(runner, args.checkpoint, loaded)
     if hasattr(runner, 'hand_checkpoint'):
@@ -125,7 +133,7 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
         if bad is None:
             raise
         runner.logger.error(f'test stopped: {bad}')
-        sys.exit(f'error: test stopped: {bad}')
+        raise ToolkitError(f'test stopped: {bad}') from exc
 
 
 if __name__ == '__main__':

@@ -12,11 +12,11 @@ from mmengine.registry import RUNNERS
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
-from xcit_dense.engine.auto_fit import AutoFitError
-from xcit_dense.engine.dist import describe_topology, exit_once_per_node
+from xcit_dense.engine.dist import defer_to_node_leader, describe_topology
 from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.engine.out_of_memory import OUT_OF_MEMORY_STATUS, OutOfMemoryAdvice, explained
+from xcit_dense.engine.out_of_memory import OutOfMemoryAdvice, explained
 from xcit_dense.engine.run_config import VIS_BACKENDS, assemble_training, open_tool_config
+from xcit_dense.errors import Preempted, ToolkitError
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.weights import check_finetune_fits
 from xcit_launch.preflight import check_data_files
@@ -59,38 +59,46 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    """The command line: the toolkit's errors become ``error: ...`` and their status (1; 3 for out of
+    memory), a preemption
+    128 + the signal number (in a multi-process run ``process_group`` ends the process alike)."""
     args = parse_args()
     try:
-        cfg = open_tool_config(args.config, args.cfg_options)
-        check_data_files(cfg)
-    except ValueError as exc:
-        exit_once_per_node(f'error in {args.config}: {exc}')
-    cfg.launcher = args.launcher
-    with process_group(args.launcher) as backend:
-        train(cfg, args, backend)
+        try:
+            cfg = open_tool_config(args.config, args.cfg_options)
+            check_data_files(cfg)
+        except ValueError as exc:
+            defer_to_node_leader()
+            sys.exit(f'error in {args.config}: {exc}')
+        cfg.launcher = args.launcher
+        with process_group(args.launcher) as backend:
+            train(cfg, args, backend)
+    except ToolkitError as exc:  # out of memory: status 3 (OutOfMemoryAdvice)
+        print(f'error: {exc}', file=sys.stderr, flush=True)
+        sys.exit(exc.exit_status)
+    except Preempted as exc:
+        sys.exit(exc.exit_status)
 
 
 def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
-    """Assemble the run, build the Runner and train; the Runner is garbage once this returns."""
+    """Assemble the run, build the Runner and train; the Runner is garbage once this returns.
+    Raises ToolkitError (inside the process group: no exit here, see ``main``)."""
     try:
         run = assemble_training(cfg, args, world_size())
-    except OutOfMemoryAdvice as exc:
-        print(f'error: {exc}', file=sys.stderr, flush=True)
-        sys.exit(OUT_OF_MEMORY_STATUS)
-    except (ValueError, AutoFitError) as exc:
-        sys.exit(f'error: {exc}')
+    except ValueError as exc:
+        raise ToolkitError(str(exc)) from exc
     except (CheckpointError, FileNotFoundError) as exc:
-        sys.exit(f'error: cannot resume: {exc}')
+        raise ToolkitError(f'cannot resume: {exc}') from exc
     runner = RUNNERS.build(cfg)
     try:
         run.resume.hand_to(runner)
     except CheckpointError as exc:
-        sys.exit(f'error: cannot resume: {exc}')
+        raise ToolkitError(f'cannot resume: {exc}') from exc
     if cfg.get('load_from') and not run.resume.path:
         try:
             reinitialised = check_finetune_fits(runner.model, cfg.load_from)
         except (CheckpointError, FileNotFoundError) as exc:
-            sys.exit(f'error: {exc}')
+            raise ToolkitError(str(exc)) from exc
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
     runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe()}')
@@ -103,17 +111,16 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
             runner.train()
     except OutOfMemoryAdvice as exc:
         runner.logger.error(str(exc))
-        print(f'error: {exc}', file=sys.stderr, flush=True)
-        sys.exit(OUT_OF_MEMORY_STATUS)
+        raise
     except (NonFiniteLossError, CheckpointError) as exc:
         runner.logger.error(str(exc))
-        sys.exit(f'error: {exc}')
+        raise ToolkitError(str(exc)) from exc
     except Exception as exc:
         bad = bad_sample_message(exc)  # a validation sample: the metric would be over fewer images
         if bad is None:
             raise
         runner.logger.error(f'validation stopped: {bad}')
-        sys.exit(f'error: validation stopped: {bad}')
+        raise ToolkitError(f'validation stopped: {bad}') from exc
 
 
 if __name__ == '__main__':

@@ -43,6 +43,10 @@ TORCH_CUDA_HEADERS = ('cuda_runtime_api.h', 'cusparse.h', 'cublas_v2.h', 'cublas
 CXX20_FROM_TORCH = (2, 13)  # torch 2.13's headers warn under C++17, 2.14's refuse it
 
 
+class BuildError(Exception):
+    """The mmcv wheel cannot be found or built; the message says why (``main`` prints it and exits 1)."""
+
+
 def log(msg: str) -> None:
     """Print one progress line on stderr (stdout carries only the wheel path)."""
     print(f'[build_mmcv] {msg}', file=sys.stderr, flush=True)
@@ -246,7 +250,7 @@ def install_pypi_toolkit(pin: str) -> Toolkit:
         cudart.symlink_to(f'libcudart.so.{major}')
     version = nvcc_version(home / 'bin' / 'nvcc')
     if version != tuple(int(x) for x in pin.split('.')[:2]):
-        sys.exit(f'[build_mmcv] {home}/bin/nvcc reports release {version} after installing cuda-toolkit {pin}')
+        raise BuildError(f'{home}/bin/nvcc reports release {version} after installing cuda-toolkit {pin}')
     return Toolkit(home, version)
 
 
@@ -266,7 +270,7 @@ def fetch_sdist(version: str, dest: Path) -> Path:
                    check=True, stdout=sys.stderr)
     archives = list(dest.glob('mmcv-*.tar.gz'))
     if not archives:
-        sys.exit(f'[build_mmcv] pip download produced no mmcv source archive in {dest}')
+        raise BuildError(f'pip download produced no mmcv source archive in {dest}')
     return archives[0]
 
 
@@ -281,7 +285,7 @@ def patch_cxx_standard(src: Path, standard: str) -> None:
     setup_py = src / 'setup.py'
     text = setup_py.read_text()
     if '-std=c++17' not in text:
-        sys.exit(f'[build_mmcv] {setup_py} has no -std=c++17 to patch: unexpected mmcv source')
+        raise BuildError(f'{setup_py} has no -std=c++17 to patch: unexpected mmcv source')
     setup_py.write_text(text.replace('-std=c++17', f'-std={standard}'))
 
 
@@ -321,8 +325,8 @@ def build(src: Path, out: Path, env: dict, log_path: Path) -> None:
         lines = open(log_path).readlines()
         errors = [line for line in lines if re.search(r'\berror\b|^FAILED:', line)][:20]
         shown = ''.join(errors or lines[-40:])
-        sys.exit(f'[build_mmcv] the build failed (exit {rc}); {"errors" if errors else "last lines"} '
-                 f'in {log_path}:\n{shown}')
+        raise BuildError(f'the build failed (exit {rc}); {"errors" if errors else "last lines"} '
+                         f'in {log_path}:\n{shown}')
     log(f'built in {(time.monotonic() - start) / 60:.1f} min')
 
 
@@ -339,7 +343,7 @@ def build_from_sdist(version: str, staging: Path, request: Request, toolkit: Opt
             tar.extractall(tmp, filter='data')
         src = tmp / f'mmcv-{version}'
         if not (src / 'setup.py').is_file():
-            sys.exit(f'[build_mmcv] {archive} holds no mmcv-{version}/setup.py')
+            raise BuildError(f'{archive} holds no mmcv-{version}/setup.py')
         standard = cxx_standard(torch_version)
         log(f'compiling as {standard} for torch {torch_version}')
         patch_cxx_standard(src, standard)
@@ -350,9 +354,9 @@ def build_from_sdist(version: str, staging: Path, request: Request, toolkit: Opt
         build(src, staging, env, log_path)
     wheels = list(staging.glob('*.whl'))
     if not wheels:
-        sys.exit('[build_mmcv] the build finished without producing a wheel')
+        raise BuildError('the build finished without producing a wheel')
     if wheels[0].name != f'mmcv-{version}-{wheel_tag()}.whl':
-        sys.exit(f'[build_mmcv] the build produced {wheels[0].name}, not mmcv-{version}-{wheel_tag()}.whl')
+        raise BuildError(f'the build produced {wheels[0].name}, not mmcv-{version}-{wheel_tag()}.whl')
     return wheels[0]
 
 
@@ -392,7 +396,8 @@ def gpu_archs() -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """tools/build_mmcv.py's command line: print the wheel to install, or check the installed mmcv."""
+    """tools/build_mmcv.py's command line: print the wheel to install, or check the installed mmcv;
+    a BuildError ends it with its message and status 1."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--version', required=True, help='mmcv version to build')
     parser.add_argument('--cache', required=True, type=Path, help='cache root; wheels go to <cache>/wheels/<key>/')
@@ -405,26 +410,37 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument('--offline', action='store_true',
                         help="download nothing: needs --sdist, and a system CUDA toolkit for CUDA ops")
     args = parser.parse_args(argv)
+    try:
+        wheel = wheel_to_install(args)
+    except BuildError as exc:
+        sys.exit(f'[build_mmcv] {exc}')
+    if wheel is not None:
+        print(wheel)
+
+
+def wheel_to_install(args: argparse.Namespace) -> Optional[Path]:
+    """The wheel that gives ``main``'s arguments what they ask for (cached or built now); None when the
+    installed mmcv fits. Raises BuildError (with --check: when the installed mmcv does not fit)."""
     if args.offline and not args.sdist:
-        sys.exit('[build_mmcv] --offline needs --sdist')
+        raise BuildError('--offline needs --sdist')
     try:
         import torch
     except ImportError:
-        sys.exit('[build_mmcv] torch must be installed before mmcv is built')
+        raise BuildError('torch must be installed before mmcv is built') from None
     try:
         request = resolve_request(os.environ.get('XCIT_MMCV_CUDA', 'auto'),
                                   os.environ.get('TORCH_CUDA_ARCH_LIST', ''), gpu_archs(), torch.version.cuda)
     except ValueError as exc:
-        sys.exit(f'[build_mmcv] {exc}')
+        raise BuildError(str(exc)) from None
     ops = args.ops or ()
     mismatch = installed_mismatch(args.version, request, ops)
     if args.check:
         if mismatch:
-            sys.exit(f'[build_mmcv] after installing: {mismatch}')
-        return
+            raise BuildError(f'after installing: {mismatch}')
+        return None
     if mismatch is None:
         log(f'mmcv {args.version} with compiled ops for {";".join(request.archs) or "CPU"} is already installed')
-        return
+        return None
     log(mismatch)
 
     torch_version = torch.__version__.split('+')[0]
@@ -436,13 +452,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         if toolkit:
             log(f'using the system CUDA toolkit at {toolkit.home} (CUDA {toolkit.version[0]}.{toolkit.version[1]})')
         elif args.offline:
-            sys.exit('[build_mmcv] --offline: no usable system CUDA toolkit (see above), and NVIDIA\'s PyPI '
-                     'compiler cannot be downloaded')
+            raise BuildError('--offline: no usable system CUDA toolkit (see above), and NVIDIA\'s PyPI '
+                             'compiler cannot be downloaded')
         else:
             pin = toolkit_pin(importlib.metadata.requires('torch') or [])
             if pin is None:
-                sys.exit('[build_mmcv] the installed torch pins no cuda-toolkit version: install a CUDA '
-                         f'toolkit {torch.version.cuda} and set CUDA_HOME')
+                raise BuildError('the installed torch pins no cuda-toolkit version: install a CUDA '
+                                 f'toolkit {torch.version.cuda} and set CUDA_HOME')
             log(f'using NVIDIA\'s PyPI CUDA compiler {pin} (torch\'s pin) in this virtual environment')
         cuda_version = toolkit.version if toolkit else tuple(int(x) for x in pin.split('.')[:2])
     else:
@@ -455,4 +471,4 @@ def main(argv: Optional[list[str]] = None) -> None:
         return build_from_sdist(args.version, staging, request, tk, key, torch_version,
                                 wheels / key / 'build.log', args.sdist, ops)
 
-    print(obtain_wheel(wheels / key, args.version, tag, build_into))
+    return obtain_wheel(wheels / key, args.version, tag, build_into)

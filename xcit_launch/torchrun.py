@@ -49,8 +49,13 @@ def endpoint(argv: List[str]) -> str:
            f"{option(argv, '--master-port', '--master_port') or 29500}"
 
 
+class EndpointUnreachable(OSError):
+    """No route from this node leads to the rendezvous endpoint; the message says what to set."""
+
+
 def with_local_addr(argv: List[str]) -> List[str]:
-    """``argv`` plus ``--local-addr`` for a c10d rendezvous with a remote endpoint (see above)."""
+    """``argv`` plus ``--local-addr`` for a c10d rendezvous with a remote endpoint (see above);
+    raises EndpointUnreachable when no route leads to the endpoint."""
     backend = option(argv, '--rdzv-backend', '--rdzv_backend') or 'static'
     if backend != 'c10d' or option(argv, '--local-addr', '--local_addr'):
         return argv
@@ -60,8 +65,8 @@ def with_local_addr(argv: List[str]) -> List[str]:
     try:
         route = netif.route_to(host)
     except OSError as exc:
-        sys.exit(f'error: the rendezvous endpoint {host} cannot be reached from this node ({exc}): '
-                 f'set MASTER_ADDR to node 0\'s address')
+        raise EndpointUnreachable(f'the rendezvous endpoint {host} cannot be reached from this node ({exc}): '
+                                  f'set MASTER_ADDR to node 0\'s address') from exc
     return [f'--local-addr={route.address}', *argv]
 
 
@@ -92,12 +97,17 @@ def rendezvous_failure(exc: BaseException, argv: List[str]) -> Optional[str]:
 
 
 def main(argv: List[str]) -> int:
-    """Run torchrun with ``argv``; 1, after one line naming the failure, when the run failed."""
+    """Run torchrun with ``argv``; 1, after one line naming the failure, when the run failed or
+    could not start."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
     # its per-process notes on the tear-down ("closing signal", "failed (exitcode ...)")
     logging.getLogger('torch.distributed.elastic.multiprocessing.api').setLevel(logging.CRITICAL)
-    argv = with_local_addr(argv)
+    try:
+        argv = with_local_addr(argv)
+    except EndpointUnreachable as exc:
+        print(f'error: {exc}', file=sys.stderr, flush=True)
+        return 1
     try:
         run(parse_args(argv))
     except ChildFailedError as exc:

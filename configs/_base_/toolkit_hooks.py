@@ -2,10 +2,10 @@
 # inheritance (a custom_hooks list would be replaced whole by a config that sets its own), and
 # an entry is switched off by name, e.g. --cfg-options default_hooks.throughput=None.
 # Inherited by default_runtime_det.py and, for segmentation, default_hooks_seg.py (which the
-# schedules inherit). xcit_dense/engine/hooks/__init__.py's TOOLKIT_HOOKS names the same entries
-# for configs that inherit neither (a test keeps the two equal); engine/run_config.py sets their
-# run-time arguments (the batch plan, --skip-nonfinite). The hook types come with custom_imports
-# of xcit_dense (the model bases).
+# schedules inherit). This file is the one list of the toolkit's hooks: for configs that inherit
+# neither, xcit_dense/engine/hooks/declared.py reads it (engine/run_config.py's declare_hooks adds
+# the entries) and engine/run_config.py sets their run-time arguments (the batch plan,
+# --skip-nonfinite). The hook types come with custom_imports of xcit_dense (the model bases).
 
 default_hooks = dict(
     # images per second over all ranks in the log (img_per_s)

@@ -5,7 +5,9 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine.hooks import TOOLKIT_HOOKS
+from xcit_dense.engine import hooks as hooks_package
+from xcit_dense.engine.hooks import toolkit_hooks
+from xcit_dense.engine.hooks.declared import declaration_path
 from xcit_dense.engine.run_config import configure_training_hooks, declare_hooks
 from xcit_dense.io.checkpoint import ATOMIC_WRITES
 
@@ -33,19 +35,19 @@ def test_own_custom_hooks_keep_the_toolkit_hooks(tmp_path):
     cfg = Config.fromfile(user_config(tmp_path))
     names = hook_names(cfg, tmp_path)
     assert 'EmptyCacheHook' in names
-    for hook_type in TOOLKIT_HOOKS.values():
+    for hook_type in toolkit_hooks().values():
         assert names.count(hook_type) == 1, hook_type
     # the loss guard runs before the checkpoint hook, the preemption checkpoint after it
     assert names.index('NonFiniteLossHook') < names.index('CheckpointHook') < names.index('PreemptionHook')
     assert cfg.default_hooks.checkpoint.backend_args == dict(backend='atomic_local')
 
 
-@pytest.mark.parametrize('name', sorted(TOOLKIT_HOOKS))
+@pytest.mark.parametrize('name', sorted(toolkit_hooks()))
 def test_a_hook_switched_off_by_name(tmp_path, name):
     cfg = load_config(user_config(tmp_path), {f'default_hooks.{name}': None})
     configure_training_hooks(cfg, PLAN)
     names = hook_names(cfg, tmp_path)
-    for other, hook_type in TOOLKIT_HOOKS.items():
+    for other, hook_type in toolkit_hooks().items():
         assert names.count(hook_type) == (other != name), hook_type
     assert 'EmptyCacheHook' in names and 'CheckpointHook' in names
 
@@ -70,7 +72,7 @@ def test_a_type_in_custom_hooks_is_not_added_twice(tmp_path):
 def test_configs_without_the_toolkit_bases_get_the_hooks():
     cfg = Config(dict(default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=1))))
     configure_training_hooks(cfg, PLAN)
-    assert {name: cfg.default_hooks[name]['type'] for name in TOOLKIT_HOOKS} == TOOLKIT_HOOKS
+    assert {name: cfg.default_hooks[name]['type'] for name in toolkit_hooks()} == toolkit_hooks()
     assert cfg.default_hooks.batch_plan.plan == PLAN
     assert cfg.default_hooks.checkpoint.backend_args == dict(backend='atomic_local')
     test_cfg = Config(dict())
@@ -78,12 +80,16 @@ def test_configs_without_the_toolkit_bases_get_the_hooks():
     assert dict(test_cfg.default_hooks) == dict(eval_progress=dict(type='EvalProgressHook'))
 
 
-def test_the_base_config_and_the_package_name_the_same_hooks():
-    """configs/_base_/toolkit_hooks.py, inherited by both tasks' runtimes, and TOOLKIT_HOOKS agree."""
-    declared = dict(Config.fromfile(str(ROOT / 'configs/_base_/toolkit_hooks.py')).default_hooks)
-    assert declared.pop('checkpoint') == dict(backend_args=ATOMIC_WRITES)
-    assert {name: hook['type'] for name, hook in declared.items()} == TOOLKIT_HOOKS
+def test_the_declaration_reaches_both_tasks_runtimes():
+    """configs/_base_/toolkit_hooks.py, the one list of the toolkit's hooks (the package reads it), names
+    every hook the package registers for training and testing, and both tasks' runtimes inherit it."""
+    assert declaration_path() == ROOT / 'configs/_base_/toolkit_hooks.py'
+    declared = toolkit_hooks()
+    # added by the tools on request (--show-dir, --auto-fit, --ema), and names that are not hooks
+    on_request = {'ShowDirHook', 'AutoFitHook', 'OptimizerStepEMAHook'}
+    not_hooks = {'NonFiniteLossError', 'toolkit_hooks', 'AUTO_FIT_KEY', 'WarmupEMA', 'ema_hook'}
+    assert set(declared.values()) == set(hooks_package.__all__) - on_request - not_hooks
     for runtime in ('default_runtime_det.py', 'schedules/schedule_80k_seg.py', 'schedules/schedule_160k_seg.py'):
         hooks = Config.fromfile(str(ROOT / 'configs/_base_' / runtime)).default_hooks
-        assert {name: hooks[name]['type'] for name in TOOLKIT_HOOKS} == TOOLKIT_HOOKS, runtime
+        assert {name: hooks[name]['type'] for name in declared} == declared, runtime
         assert hooks.checkpoint.backend_args == ATOMIC_WRITES, runtime

@@ -287,6 +287,21 @@ def test_two_concurrent_installs_publish_one_complete_wheel(tmp_path):
     assert (tmp_path / 'seen').read_text() == str(len(PAYLOAD)), 'a partial wheel was visible in the cache'
 
 
+def test_a_build_error_is_raised_and_main_makes_it_the_exit_message(tmp_path, monkeypatch):
+    """The helpers raise BuildError (a caller gets an exception); main, run by tools/build_mmcv.py,
+    exits with '[build_mmcv] <message>'."""
+    src = tmp_path / 'mmcv-2.1.0'
+    src.mkdir()
+    (src / 'setup.py').write_text('extra_compile_args = []\n')
+    with pytest.raises(build_mmcv.BuildError, match=r'setup.py has no -std=c\+\+17 to patch'):
+        build_mmcv.patch_cxx_standard(src, 'c++20')
+    with pytest.raises(SystemExit, match=r'^\[build_mmcv\] --offline needs --sdist$'):
+        build_mmcv.main(['--version', '2.1.0', '--cache', str(tmp_path), '--offline'])
+    monkeypatch.setenv('XCIT_MMCV_CUDA', 'sometimes')
+    with pytest.raises(SystemExit, match=r"^\[build_mmcv\] XCIT_MMCV_CUDA must be auto, 0 or 1, got 'sometimes'$"):
+        build_mmcv.main(['--version', '2.1.0', '--cache', str(tmp_path)])
+
+
 def test_failed_build_leaves_nothing_to_reuse(tmp_path):
     def failing_build(staging: Path) -> Path:
         (staging / WHEEL_NAME).write_bytes(b'half')

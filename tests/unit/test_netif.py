@@ -68,6 +68,22 @@ def test_torchrun_options_stop_at_the_script():
     assert torchrun_tool.endpoint(static) == '127.0.0.1:29500'
 
 
+def test_an_unreachable_endpoint_is_raised_and_main_makes_it_one_line(monkeypatch, capsys):
+    """with_local_addr raises (a caller gets an exception, never an exit); the wrapper's main prints
+    its one line and returns 1, as tools/torchrun.py exits."""
+    def no_route(host):
+        raise OSError('no route')
+    monkeypatch.setattr(netif, 'route_to', no_route)
+    argv = ['--rdzv-backend=c10d', '--rdzv-endpoint=10.9.8.7:29400', 'train.py']
+    message = "the rendezvous endpoint 10.9.8.7 cannot be reached from this node (no route): set MASTER_ADDR " \
+              "to node 0's address"
+    with pytest.raises(torchrun_tool.EndpointUnreachable) as raised:
+        torchrun_tool.with_local_addr(argv)
+    assert str(raised.value) == message
+    assert torchrun_tool.main(argv) == 1
+    assert capsys.readouterr().err == f'error: {message}\n'
+
+
 def test_rendezvous_failure_names_endpoint_nodes_and_timeout():
     argv = ['--nnodes=2', '--node_rank=0', '--master_addr=10.1.2.3', '--master_port=29511',
             '--rdzv-conf=timeout=8', 'train.py']

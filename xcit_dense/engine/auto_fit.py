@@ -27,6 +27,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from ..allocation_failures import is_out_of_memory
+from ..errors import ToolkitError
 from .collectives import gather_objects
 from .dist import gpus_present
 from .hooks.auto_fit_record import AUTO_FIT_KEY
@@ -38,7 +39,7 @@ HEADROOM = 0.9  # the share of the usable memory a fitted plan may fill
 OPTIMIZER_STATE = {'AdamW': 2, 'Adam': 2, 'SGD': 1}
 
 
-class AutoFitError(RuntimeError):
+class AutoFitError(ToolkitError):
     """The probe could not run (a bad ``auto_fit`` config, or a rank's failure that is not about memory)."""
 
 

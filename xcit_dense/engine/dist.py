@@ -24,13 +24,14 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, NoReturn, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
 from xcit_launch import netif
 
+from ..errors import Preempted, RankSetupError, ToolkitError
 from . import collectives
 from .cuda_ops import check_cuda_ops
 from .resume import agree_on_restart
@@ -109,7 +110,7 @@ def init_distributed(launcher: str) -> Optional[str]:
     try:
         _BOUNDS = wait_bounds()
     except ValueError as exc:
-        raise SystemExit(f'error: {exc}') from None
+        raise RankSetupError(str(exc)) from None
     if launcher == 'slurm':
         _slurm_env()
     missing = [v for v in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if v not in os.environ]
@@ -142,12 +143,12 @@ def init_distributed(launcher: str) -> Optional[str]:
 
 def _check_own_gpu() -> None:
     """The ops check (``cuda_ops.check_cuda_ops``) on this process's GPU, once, after the device was
-    set and before the group forms: each rank that cannot use its GPU exits with why, naming host,
-    rank and GPU (a peer waiting for it in the rendezvous then ends by its launcher or its bound)."""
+    set and before the group forms: each rank that cannot use its GPU raises RankSetupError naming
+    host, rank and GPU (a peer waiting for it in the rendezvous then ends by its launcher or its bound)."""
     try:
         check_cuda_ops()
     except RuntimeError as exc:
-        raise SystemExit(f'error: {exc}') from None
+        raise RankSetupError(str(exc)) from None
 
 
 def _one_node_network(backend: str) -> None:
@@ -312,17 +313,19 @@ def leave_process_group(sync_timeout_s: float = 60.0) -> None:
 
 
 def _exit_now(exc: BaseException) -> None:
-    """Report ``exc`` as the interpreter would, flush the logs and end the process at once.
+    """Report ``exc`` as the tools do, flush the logs and end the process at once: the toolkit's
+    errors by their message (``error: ...``, their status: 1, 3 out of memory), a preemption silently with its status,
+    anything else with its traceback (status 1; 130 for an interrupt).
 
     An error path must not wait for peers that may be dead, and destroying the group would
     (its destructor joins threads that may be inside a collective), while leaving it to
     interpreter exit risks the abort described above. Checkpoints are written atomically, so
     nothing written is lost."""
-    if isinstance(exc, SystemExit):
-        code = exc.code
-        if not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
+    if isinstance(exc, ToolkitError):
+        print(f'error: {exc}', file=sys.stderr)
+        code = exc.exit_status
+    elif isinstance(exc, Preempted):
+        code = exc.exit_status
     elif isinstance(exc, KeyboardInterrupt):
         code = 130
     else:
@@ -389,33 +392,30 @@ def process_group(launcher: str) -> Iterator[Optional[str]]:
     process), and leave it properly at the end.
 
     Run the work inside the block in a function, so that its Runner (whose DDP wrapper holds the
-    group) is garbage when the block ends. A block that ends normally (or with exit code 0) leaves
-    through ``leave_process_group``; one that raises exits the process at once with the error's
-    message and code, waiting for no peer."""
+    group) is garbage when the block ends. A block that ends normally leaves through
+    ``leave_process_group``; one that raises ends the process at once (``_exit_now``: the tools'
+    message and status), waiting for no peer. With one process (no group) the block's exceptions
+    pass on to the caller."""
     backend = init_distributed(launcher)
     if backend is None:
         yield None
         return
     try:
         yield backend
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            _exit_now(exc)
     except BaseException as exc:  # noqa: B902  (every failure ends the same way)
         _exit_now(exc)
     try:
         leave_process_group()
     except Exception as exc:  # a peer lost at the very end, or the group still held
-        _exit_now(SystemExit(f'error: the run finished, but leaving the process group failed: {exc}'))
+        _exit_now(ToolkitError(f'the run finished, but leaving the process group failed: {exc}'))
 
 
-def exit_once_per_node(message: str, grace_s: float = 30.0) -> NoReturn:
-    """Exit with an error every process of this node meets alike (its config, its files), printed
-    once: by local rank 0 at once, by the others only if the launcher has not ended them within
-    ``grace_s`` (it ends them when rank 0 exits), so that the message is never lost."""
+def defer_to_node_leader(grace_s: float = 30.0) -> None:
+    """Before a tool exits with an error every process of this node meets alike (its config, its
+    files): return at once on local rank 0, on the others only after ``grace_s`` (the launcher ends
+    them when rank 0 exits), so that the message is printed once and never lost."""
     if int(os.environ.get('LOCAL_RANK', 0)) != 0:
         time.sleep(grace_s)
-    sys.exit(message)
 
 
 def world_size() -> int:

@@ -17,14 +17,17 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from ..allocation_failures import is_out_of_memory
+from ..errors import ToolkitError
 from .batch_plan import BatchPlan
 from .dist import gpus_present
 
-OUT_OF_MEMORY_STATUS = 3  # tools/train.py's exit status for OutOfMemoryAdvice
+OUT_OF_MEMORY_STATUS = 3  # the tools' exit status for OutOfMemoryAdvice
 
 
-class OutOfMemoryAdvice(RuntimeError):
+class OutOfMemoryAdvice(ToolkitError):
     """Training ran out of memory; the message names the rank, host, device, memory and what would fit."""
+
+    exit_status = OUT_OF_MEMORY_STATUS
 
 
 def smaller_batches(images: int, accumulation: int) -> List[Tuple[int, int]]:

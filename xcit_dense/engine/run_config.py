@@ -7,7 +7,6 @@ the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample c
 import argparse
 import logging
 import os
-import sys
 from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..builder import load_config
+from ..errors import ConfigNotFoundError
 from ..io.checkpoint import ATOMIC_WRITES
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ..tasks import task_of_config
@@ -26,7 +26,7 @@ from .auto_fit import FitRecord, device_record, fit, record_from
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
-from .hooks import TOOLKIT_HOOKS, ema_hook
+from .hooks import ema_hook, toolkit_hooks
 from .optim_wrappers import GUARDED
 from .resume import Resume
 
@@ -35,10 +35,10 @@ def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
     """The start tools/train.py and tools/test.py share: the config at ``path`` with ``cfg_options``,
     its task's models imported (before the Runner does: a segmentation run keeps mmdet out).
 
-    A missing file ends the process with the error; a config that does not load raises ValueError.
+    A missing file raises ConfigNotFoundError; a config that does not load raises ValueError.
     (The GPU and its ops are checked once the rank's device is set: ``init_distributed``.)"""
     if not os.path.isfile(path):
-        sys.exit(f'error: config file not found: {path}')
+        raise ConfigNotFoundError(f'config file not found: {path}')
     cfg = load_config(path, cfg_options)
     task_of_config(cfg).import_models()
     return cfg
@@ -121,18 +121,21 @@ def configure_optim_wrapper(cfg: Config, plan: Optional[BatchPlan] = None, amp: 
         wrapper.type = GUARDED.get(kind, kind)
 
 
-def declare_hooks(cfg: Config, names: Iterable[str] = tuple(TOOLKIT_HOOKS)) -> None:
+def declare_hooks(cfg: Config, names: Optional[Iterable[str]] = None) -> None:
     """Settle the toolkit's ``default_hooks`` entries before the Runner is built.
 
-    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names``;
-    a type the config already has in ``custom_hooks`` is not added twice; an entry switched
-    off with None is dropped, since MMEngine only accepts None for its own default hooks.
+    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names`` (None:
+    every one it declares); a type the config already has in ``custom_hooks`` is not added twice;
+    an entry switched off with None is dropped, since MMEngine only accepts None for its own
+    default hooks.
     """
     if cfg.get('default_hooks') is None:
         cfg.default_hooks = {}
     default_hooks = cfg.default_hooks
     custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
-    for name, hook_type in TOOLKIT_HOOKS.items():
+    declared = toolkit_hooks()
+    names = set(declared if names is None else names)
+    for name, hook_type in declared.items():
         if hook_type in custom:
             default_hooks.pop(name, None)
         elif name not in default_hooks:

@@ -5,11 +5,11 @@ through ``DataPositionHook``, the samples of the epoch trained so far, where the
 import os
 import signal
 import subprocess
-import sys
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ...errors import Preempted
 from ...io.checkpoint import ATOMIC_WRITES
 from ..collectives import meet
 from ..dist import world_size
@@ -58,7 +58,7 @@ class _StopWhileLoading:
             finally:
                 _loading = False
         # the last completed iteration is runner.iter: its state is the model's now
-        self._hook._checkpoint_and_exit(self._runner, signum, step=self._runner.iter)
+        self._hook._checkpoint_and_stop(self._runner, signum, step=self._runner.iter)
 
 
 @HOOKS.register_module()
@@ -72,7 +72,8 @@ class PreemptionHook(Hook):
     job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them with
     REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py continues
     from the newest checkpoint without being asked (engine/resume.py). Elsewhere the run just stops;
-    ``--resume`` continues it at the next sample. The process exits with 128 + the signal number.
+    ``--resume`` continues it at the next sample. The hook then raises ``Preempted``: the tools exit
+    with 128 + the signal number.
     All ranks stop at the same iteration, the end of an optimizer step (with gradient accumulation,
     the step under way is finished first); they learn of a signal in the step's one agreement
     (``step_agreement``).
@@ -107,10 +108,10 @@ class PreemptionHook(Hook):
         signum = step_agreement(runner.optim_wrapper).signal
         if not signum:
             return
-        self._checkpoint_and_exit(runner, signum, step=runner.iter + 1)
+        self._checkpoint_and_stop(runner, signum, step=runner.iter + 1)
 
-    def _checkpoint_and_exit(self, runner, signum: int, step: int) -> None:
-        """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, exit 128 + N."""
+    def _checkpoint_and_stop(self, runner, signum: int, step: int) -> None:
+        """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, raise Preempted."""
         for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
             if isinstance(hook, RNGStateHook):
                 hook.gather(runner)
@@ -126,4 +127,4 @@ class PreemptionHook(Hook):
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
         meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
-        sys.exit(128 + signum)
+        raise Preempted(signum)

@@ -1,0 +1,37 @@
+"""The toolkit's own reasons to stop a run, as exceptions: the library raises them and never ends the
+process; the tools' ``main`` functions (and, in a multi-process run, ``engine.dist.process_group``)
+turn them into exit statuses. Called from a notebook or a sweep, the toolkit raises instead of exiting.
+"""
+import signal
+
+
+class ToolkitError(Exception):
+    """A failure whose message says all a user needs (what is wrong, what to do): the tools print
+    ``error: <message>`` without a traceback and exit with ``exit_status`` (1; a subclass may name its own)."""
+
+    exit_status = 1
+
+
+class ConfigNotFoundError(ToolkitError, FileNotFoundError):
+    """The config file a tool was given does not exist."""
+
+
+class RankSetupError(ToolkitError):
+    """This process cannot take part in a multi-process run (its wait bounds are set wrongly, its GPU
+    cannot run the ops), found before the process group forms."""
+
+
+class Preempted(BaseException):
+    """The run stopped on a preemption signal after writing its checkpoint (``PreemptionHook``).
+
+    A BaseException, as a signal's KeyboardInterrupt is: no ``except Exception`` of a pipeline, a
+    hook or a retry loop may swallow the stop. The tools exit silently with ``exit_status``,
+    128 + the signal number, as a shell reports a process ended by that signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f'stopped by {signal.Signals(signum).name} after writing a checkpoint')
+        self.signum = signum
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum

@@ -162,7 +162,8 @@ def main() -> None:
                                       raw_weights=args.raw_weights)
     except (ValueError, CheckpointError, RuntimeError) as exc:
         sys.exit(f'error: {exc}')
-    tqdm.write(inferencer.weights_used, file=sys.stderr)
+    if inferencer.weights_used:
+        tqdm.write(inferencer.weights_used, file=sys.stderr)
     visualizer = inferencer.visualizer
     visualizer.alpha = 0.5
     meta = dict(inferencer.model.dataset_meta or {})

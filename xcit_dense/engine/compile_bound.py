@@ -62,8 +62,13 @@ def _store() -> dist.Store:
 def _announce(*_args) -> None:
     """dynamo's compile-start callback (its argument differs between torch versions): the step in
     which this rank compiles, in the store, when it compiles inside a bounded step."""
-    if _IN_STEP and dist.is_initialized():
+    if not (_IN_STEP and dist.is_initialized()):
+        return
+    try:
         _store().set(f'{_KEY}{dist.get_rank()}', str(_STEP))
+    except Exception as exc:  # raised here it would fail the compile and turn the run eager
+        print(f'warning: rank {dist.get_rank()} could not tell its peers that it compiles ({exc!r}): they may '
+              f'end the run at the step bound', file=sys.stderr, flush=True)
 
 
 def ranks_compiled_in_step() -> List[int]:

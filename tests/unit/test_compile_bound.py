@@ -31,7 +31,11 @@ def _rank(rank: int, port: int, clock, moved, results) -> None:
                       MASTER_PORT=str(port), XCIT_STEP_TIMEOUT=str(STEP_S), XCIT_COMPILE_TIMEOUT=str(COMPILE_S))
     wait_bounds_module.time = types.SimpleNamespace(monotonic=lambda: clock.value)  # the step watch's clock
     dist._WATCH = None  # a watch this process inherited has no thread here
-    dist.init_distributed('pytorch')
+    with dist.process_group('pytorch'):  # as a run: an error of a collective waits for the watch's report
+        _steps(rank, clock, moved, results)
+
+
+def _steps(rank: int, clock, moved, results) -> None:
     compile_forward(torch.nn.Linear(1, 1))  # the run's compile path (nothing compiled until it is called)
 
     dist.begin_step_bound()  # a step after the first

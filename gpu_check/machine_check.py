@@ -90,6 +90,10 @@ NOT_SHOWN = {
         'tests/integration/test_launch.py::test_two_nodes_on_one_machine, tests/unit/test_netif.py',
     'one CUDA context per rank on a node of several GPUs':
         'tests/unit/test_gpu_path.py::test_a_rank_touches_its_own_gpu_only_and_says_when_it_cannot_use_it',
+    "a recompile on one rank extending its peers' step bound (NCCL collectives issued with the compile bound)":
+        'tests/unit/test_compile_bound.py::'
+        'test_a_compile_on_one_rank_extends_the_step_bound_on_every_rank_and_a_stall_does_not (gloo ranks), '
+        'tests/unit/test_wait_bounds.py::test_step_watch_asks_once_for_more_time_and_fires_when_that_passes_too',
 }
 
 

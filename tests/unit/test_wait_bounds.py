@@ -13,8 +13,11 @@ from xcit_dense.engine.wait_bounds import StepWatch, nccl_environment, wait_boun
 
 
 def test_bounds_default_and_overrides():
-    assert wait_bounds({}) == (300, 1800)
-    assert wait_bounds({'XCIT_STEP_TIMEOUT': '20', 'XCIT_WAIT_TIMEOUT': '600'}) == (20, 600)
+    assert wait_bounds({}) == (300, 1800, 900)
+    assert wait_bounds({'XCIT_STEP_TIMEOUT': '20', 'XCIT_WAIT_TIMEOUT': '600',
+                        'XCIT_COMPILE_TIMEOUT': '60'}) == (20, 600, 60)
+    with pytest.raises(ValueError, match=r"XCIT_COMPILE_TIMEOUT must be a positive number of seconds, got '-1'"):
+        wait_bounds({'XCIT_COMPILE_TIMEOUT': '-1'})
     with pytest.raises(ValueError, match=r"XCIT_STEP_TIMEOUT must be a positive number of seconds, got '0'"):
         wait_bounds({'XCIT_STEP_TIMEOUT': '0'})
     with pytest.raises(ValueError, match='XCIT_STEP_TIMEOUT=900 is longer than XCIT_WAIT_TIMEOUT=600'):
@@ -67,3 +70,32 @@ def test_a_step_past_its_bound_is_reported_with_the_resume_hint():
     assert 'error: rank 0 lost its peers: a training step has not finished within XCIT_STEP_TIMEOUT=1 s; gone: ' \
            'every rank is still alive. The checkpoints already written are complete: continue with --resume.' \
            in proc.stderr, proc.stderr[-2000:]
+
+
+def test_step_watch_asks_once_for_more_time_and_fires_when_that_passes_too(monkeypatch):
+    """On an injected clock: past its bound the watch asks for an extension (a rank compiling) and
+    does not fire within it; past the extension it fires, without asking again. Without an
+    extension it fires at the bound."""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(wait_bounds_module, 'time', types.SimpleNamespace(monotonic=lambda: clock.now))
+    asked, fired, seen = threading.Event(), threading.Event(), []
+
+    def extension():
+        asked.set()
+        return 0.5
+
+    watch = StepWatch(lambda: (seen.append(clock.now), fired.set()), extension)
+    watch.arm(0.05)
+    clock.now += 0.1  # past the bound
+    assert asked.wait(60)
+    # within the extension (the clock stands still): a correct watch never fires here; one that does
+    # not extend fires within 0.05 s of asking
+    assert not fired.wait(0.6) and watch.granted_s == 0.5
+    clock.now += 0.5  # past the extension
+    assert fired.wait(60) and seen == [1000.6]
+
+    plain = threading.Event()
+    watch = StepWatch(plain.set, lambda: 0)
+    watch.arm(0.05)
+    clock.now += 0.1
+    assert plain.wait(60) and watch.granted_s == 0

@@ -29,6 +29,7 @@ from mmengine.logging import print_log
 from torch import nn
 
 from ..models.c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
+from . import compile_bound
 
 COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
 COMPILE_KEY = 'compile'  # in the backbone's config: read and removed by the run before the model is built
@@ -76,7 +77,9 @@ class CompiledForward:
 
 
 def compile_forward(module: nn.Module) -> CompiledForward:
-    """Compile ``module``'s forward from its next call on (its instance's ``forward`` replaced)."""
+    """Compile ``module``'s forward from its next call on (its instance's ``forward`` replaced); a
+    compile inside a training step then extends that step's bound on every rank (``compile_bound``)."""
+    compile_bound.enable()
     module.forward = CompiledForward(module)
     return module.forward
 

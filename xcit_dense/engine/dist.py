@@ -32,7 +32,7 @@ import torch.distributed as dist
 from xcit_launch import netif
 
 from ..errors import Preempted, RankSetupError, ToolkitError
-from . import collectives
+from . import collectives, compile_bound
 from .cuda_ops import check_cuda_ops
 from .resume import agree_on_restart
 from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, WaitBounds, nccl_environment, wait_bounds
@@ -137,7 +137,7 @@ def init_distributed(launcher: str) -> Optional[str]:
     collectives.open_control_group(_BOUNDS.wait_s)
     agree_on_restart()  # a collective: every rank learns whether this group is a restarted one
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
-    _WATCH = _WATCH or StepWatch(_step_expired)
+    _WATCH = _WATCH or StepWatch(_step_expired, _compile_extension)
     return backend
 
 
@@ -356,26 +356,51 @@ def _report_lost_peers(what: str) -> None:
 def _step_expired() -> None:
     """The step watch's report: a training step outlived its bound (a peer stopped, or gone from
     the network, without closing its connections). On NCCL runs NCCL's own timeout follows
-    ``DUMP_ALLOWANCE_S`` later, writes the flight-recorder dump and ends the process; this thread
-    ends it after that in any case."""
+    ``DUMP_ALLOWANCE_S`` after the step's whole bound (a compile's share included where none was
+    granted), writes the flight-recorder dump and ends the process; this thread ends it after that
+    in any case."""
     if not _REPORTING.acquire(blocking=False):
         return  # the main thread is reporting a failed collective and ends the process
-    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={_BOUNDS.step_s} s')
+    granted = _WATCH is not None and _WATCH.granted_s > 0
+    compiled = f' + {compile_bound.COMPILE_VARIABLE}={_BOUNDS.compile_s} s (a rank compiled in it)' if granted else ''
+    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={_BOUNDS.step_s} s{compiled}')
     if dist.is_initialized() and not collectives.serves_cpu(dist.get_backend()):
-        time.sleep(DUMP_ALLOWANCE_S + 30)
+        time.sleep((0 if granted else _compile_allowance_s()) + DUMP_ALLOWANCE_S + 30)
     logging.shutdown()
     os._exit(1)
 
 
+_GLOO_FIRST_S = 10  # on gloo the watch waits this much past the groups' timeout: gloo's error names the peer
+
+
+def _compile_allowance_s() -> int:
+    """What a compile may add to a step's bound: the compile bound where this run compiles, else 0."""
+    return _BOUNDS.compile_s if compile_bound.enabled() else 0
+
+
+def _compile_extension() -> float:
+    """The step watch's extension of a step that outlived the step bound: the compile bound where a
+    rank compiled in the step (``compile_bound``), none otherwise."""
+    granted = compile_bound.extension_s(_BOUNDS.compile_s)
+    return granted + (_GLOO_FIRST_S if granted and collectives.serves_cpu(dist.get_backend()) else 0)
+
+
 def begin_step_bound() -> None:
-    """From now on a collective waits at most the step bound (every rank calls it as a step begins)."""
-    collectives.set_timeouts(_BOUNDS.step_s, DUMP_ALLOWANCE_S)
+    """From now on a collective waits at most the step bound (every rank calls it as a step begins).
+
+    In a run that compiles, a collective issued now keeps the time a compile may add (it cannot be
+    extended once issued), and the step watch holds the step bound unless a rank compiles."""
+    compile_bound.step_began()
+    allowance = _compile_allowance_s()
+    collectives.set_timeouts(_BOUNDS.step_s + allowance, DUMP_ALLOWANCE_S)
     if _WATCH is not None:
-        _WATCH.arm(_BOUNDS.step_s + (10 if collectives.serves_cpu(dist.get_backend()) else 0))  # gloo raises first
+        gloo_first = collectives.serves_cpu(dist.get_backend()) and not allowance
+        _WATCH.arm(_BOUNDS.step_s + (_GLOO_FIRST_S if gloo_first else 0))
 
 
 def end_step_bound() -> None:
     """Back to the long bound (evaluation, checkpoint writes and the like follow a step)."""
+    compile_bound.step_ended()
     if _WATCH is not None:
         _WATCH.disarm()
     collectives.set_timeouts(_BOUNDS.wait_s)

@@ -6,7 +6,7 @@ others: rank 0 writing a checkpoint (the others would wait for it inside the nex
 collective), a validation, the start of an epoch (its data workers). After such a gap the ranks
 first meet under the long bound, so that no rank starts a step while another is still busy; only
 then is the step bound set. The first step of a run keeps the long bound (data workers starting,
-a first compilation).
+a first compilation); a compile in a later step extends that step's bound (``engine.compile_bound``).
 """
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS

@@ -7,6 +7,7 @@ from .data_position_hook import DataPositionHook
 from .eval_progress import EvalProgressHook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
+from .rank_figures import RankFiguresHook
 from .rng_state import RNGStateHook
 from .show_dir import ShowDirHook
 from .step_bound import StepBoundHook
@@ -16,8 +17,9 @@ from .throughput import ThroughputHook
 # configs that do not inherit it: run_config.declare_hooks; tests/unit/test_hooks_config.py keeps them equal)
 TOOLKIT_HOOKS = dict(throughput='ThroughputHook', preemption='PreemptionHook',
                      nonfinite_loss='NonFiniteLossHook', batch_plan='BatchPlanHook',
-                     data_position='DataPositionHook',
+                     data_position='DataPositionHook', rank_figures='RankFiguresHook',
                      eval_progress='EvalProgressHook', rng_state='RNGStateHook', step_bound='StepBoundHook')
 
 __all__ = ['BatchPlanHook', 'DataPositionHook', 'EvalProgressHook', 'NonFiniteLossError', 'NonFiniteLossHook',
-           'PreemptionHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS', 'ThroughputHook']
+           'PreemptionHook', 'RankFiguresHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'TOOLKIT_HOOKS',
+           'ThroughputHook']

@@ -1,0 +1,192 @@
+"""Every rank's memory, data wait and own step time in the log, the slow rank named.
+
+Once per logger interval (when ``LoggerHook`` logs) each rank measures its figures
+(``rank_stats.RankFigures``); the ranks gather them on the control group under the step bound,
+and rank 0 logs a line naming the rank with the most memory, the one that waited longest for
+batches, and the slowest rank beside the median of the others, with ``ranks/`` scalars for
+curves (one value per interval, not averaged over the logger's window) and warnings
+(``RanksSummary.warnings``), each kind at most once per log-processor window. At the end of
+training, a table of each rank's figures over the run.
+
+Data wait is the time spent inside the train loop's batch fetch: the loop's batch iterator
+(``dataloader_iterator`` of iteration loops) or, in epoch loops, its data loader's iterator is
+timed (``TimedBatches``).
+"""
+import socket
+import statistics
+import time
+from contextlib import contextmanager
+from typing import Dict, Iterator, List
+
+import torch
+from mmengine.dist import get_rank
+from mmengine.hooks import Hook, LoggerHook
+from mmengine.registry import HOOKS
+
+from ..collectives import gather_objects
+from ..dist import begin_step_bound, end_step_bound, gpus_present, wait_bound_s, world_size
+from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, reset_resident_peak
+
+
+class FetchTimer:
+    """Seconds spent fetching batches since last taken."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def take(self) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+class TimedBatches:
+    """An iterator of batches whose ``next`` adds its duration to a ``FetchTimer``; other
+    attributes are the wrapped iterator's."""
+
+    def __init__(self, batches, timer: FetchTimer) -> None:
+        self._batches, self._timer = batches, timer
+
+    def __getattr__(self, name: str):
+        return getattr(self._batches, name)
+
+    def __iter__(self) -> 'TimedBatches':
+        return self
+
+    def __next__(self):
+        start = time.perf_counter()
+        try:
+            return next(self._batches)
+        finally:
+            self._timer.seconds += time.perf_counter() - start
+
+
+def _time_loader(loader, timer: FetchTimer) -> None:
+    """Make ``iter(loader)`` time its batches (the loader keeps its identity and type: its class
+    becomes a subclass whose ``__iter__`` wraps the original's)."""
+    base = type(loader)
+    if getattr(base, '_fetch_timed', False):
+        loader._fetch_timer = timer
+        return
+    timed = type(base.__name__, (base,), {
+        '_fetch_timed': True,
+        '__iter__': lambda self: TimedBatches(base.__iter__(self), self._fetch_timer)})
+    loader._fetch_timer = timer
+    loader.__class__ = timed
+
+
+def _untime_loader(loader) -> None:
+    if getattr(type(loader), '_fetch_timed', False):
+        loader.__class__ = type(loader).__mro__[1]
+
+
+@contextmanager
+def _step_bound() -> Iterator[None]:
+    """The step bound around the gathering, where the process groups have bounds (``dist``)."""
+    if world_size() == 1 or wait_bound_s() <= 0:
+        yield
+        return
+    begin_step_bound()
+    try:
+        yield
+    finally:
+        end_step_bound()
+
+
+@HOOKS.register_module()
+class RankFiguresHook(Hook):
+    """Per-rank figures in the log once per logger interval (see the module)."""
+
+    # after DataPositionHook (NORMAL) has wrapped the batch iterator in before_train; before
+    # LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
+    priority = 55
+
+    def __init__(self) -> None:
+        self._fetch = FetchTimer()
+        self._warned: Dict[str, int] = {}
+        self._run: List[RanksSummary] = []
+
+    def before_train(self, runner) -> None:
+        self._logger_hook = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
+        self._clock = getattr(runner.model, 'step_clock', None)
+        self._device = torch.device('cuda', torch.cuda.current_device()) if gpus_present() else torch.device('cpu')
+        self._host = socket.gethostname()
+        self._warned.clear()
+        self._run.clear()
+        loop = runner.train_loop
+        if hasattr(loop, 'dataloader_iterator'):
+            loop.dataloader_iterator = TimedBatches(loop.dataloader_iterator, self._fetch)
+        self._fetch.take()
+        if self._device.type == 'cpu':
+            reset_resident_peak()
+        self._since = time.perf_counter()
+
+    def before_train_epoch(self, runner) -> None:
+        loop = runner.train_loop
+        if not hasattr(loop, 'dataloader_iterator'):  # an epoch loop iterates over its data loader
+            _time_loader(loop.dataloader, self._fetch)
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if self._clock is not None:
+            self._clock.begin_step()
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if not self._logs_now(runner, batch_idx):
+            return
+        with _step_bound():
+            summary = RanksSummary(gather_objects(self._measure()))
+        self._since = time.perf_counter()
+        if get_rank() != 0:
+            return
+        self._run.append(summary)
+        runner.logger.info(f'ranks: {summary.line()}')
+        runner.visualizer.add_scalars(summary.scalars(), step=runner.iter + 1)
+        window = runner.log_processor.window_size
+        window = window if isinstance(window, int) else self._logger_hook.interval
+        workers = getattr(runner.train_dataloader, 'num_workers', 0)
+        for kind, message in summary.warnings(workers).items():
+            last = self._warned.get(kind)
+            if last is None or runner.iter - last >= window:
+                self._warned[kind] = runner.iter
+                runner.logger.warning(message)
+
+    def after_train(self, runner) -> None:
+        loop = runner.train_loop
+        if isinstance(getattr(loop, 'dataloader_iterator', None), TimedBatches):
+            loop.dataloader_iterator = loop.dataloader_iterator._batches
+        _untime_loader(loop.dataloader)
+        if self._run and get_rank() == 0:
+            runner.logger.info('per-rank figures of the run (over its logged intervals):\n' + run_table(self._run))
+
+    def _logs_now(self, runner, batch_idx: int) -> bool:
+        """Whether the logger writes its line after this iteration (the same answer on every rank)."""
+        hook = self._logger_hook
+        if hook is None:
+            return False
+        return hook.every_n_inner_iters(batch_idx, hook.interval) or (
+            hook.end_of_epoch(runner.train_dataloader, batch_idx)
+            and (not hook.ignore_last or len(runner.train_dataloader) <= hook.interval))
+
+    def _measure(self) -> RankFigures:
+        interval = max(time.perf_counter() - self._since, 1e-9)
+        memory, reserved = peak_memory_mb(self._device)
+        if self._device.type == 'cpu':
+            reset_resident_peak()  # (CUDA's peak is reset by the logger's line)
+        own = self._clock.take() if self._clock is not None else []
+        return RankFigures(rank=get_rank(), host=self._host, memory_mb=memory, reserved_mb=reserved,
+                           data_wait=min(self._fetch.take() / interval, 1.0),
+                           own_step_s=statistics.fmean(own) if own else None, interval_s=interval)
+
+
+def run_table(summaries: List[RanksSummary]) -> str:
+    """A Markdown table of each rank over the run: peak memory, mean data wait, mean own step time."""
+    rows = ['| rank | host | peak memory (MB) | data wait | own step (ms) |', '|---|---|---|---|---|']
+    by_rank: Dict[int, List[RankFigures]] = {}
+    for summary in summaries:
+        for figures in summary.figures:
+            by_rank.setdefault(figures.rank, []).append(figures)
+    for rank, figures in sorted(by_rank.items()):
+        own = [f.own_step_s for f in figures if f.own_step_s is not None]
+        own_text = f'{statistics.fmean(own) * 1e3:.1f}' if own else 'n/a'
+        rows.append(f'| {rank} | {figures[0].host} | {max(f.memory_mb for f in figures):.0f} | '
+                    f'{statistics.fmean(f.data_wait for f in figures):.1%} | {own_text} |')
+    return '\n'.join(rows)

@@ -54,7 +54,7 @@ class Line(BaseModel):
 
 
 def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
-    """Rank 0 fetches slowly; rank 1 computes slowly and holds 192 MB in its forward."""
+    """Rank 0 fetches slowly; rank 1 computes slowly and holds 128 MB in its forward."""
     import os
 
     from mmengine.runner import Runner
@@ -62,8 +62,8 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
     torch.distributed.init_process_group('gloo', init_method=f'file://{rendezvous}', rank=rank, world_size=2)
     try:
         runner = Runner(
-            model=Line(sleep_s=0.25 * rank, hold_mb=192 * rank), work_dir=f'{work_dir}/rank{rank}',
-            train_dataloader=dict(dataset=Vectors(fetch_s=0.08 * (rank == 0)), batch_size=2, num_workers=0,
+            model=Line(sleep_s=0.25 * rank, hold_mb=128 * rank), work_dir=f'{work_dir}/rank{rank}',
+            train_dataloader=dict(dataset=Vectors(fetch_s=0.2 * (rank == 0)), batch_size=2, num_workers=0,
                                   sampler=dict(type='DefaultSampler', shuffle=False)),
             train_cfg=dict(by_epoch=False, max_iters=ITERS), optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
             default_hooks=dict(logger=dict(type='LoggerHook', interval=INTERVAL), checkpoint=None,

@@ -19,8 +19,12 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from .node_sampler import NodeUse
+
 DATA_WAIT_WARN = 0.20  # share of an interval spent waiting for batches
 SLOW_RANK_WARN = 0.15  # own step time above the median of the other ranks'
+COMM_WAIT_WARN = 0.30  # share of the iterations spent waiting in gradient communication
+GPU_IDLE_WARN = 70.0  # mean GPU utilisation (%) below which a GPU is called underused
 _MB = 2 ** 20
 
 
@@ -35,6 +39,8 @@ class RankFigures:
     data_wait: float  # share of the interval spent inside the batch fetch
     own_step_s: Optional[float]  # mean own step time; None when no step was timed (no DDP, first step)
     interval_s: float
+    comm_wait: Optional[float] = None  # share of the iterations after the own step time (see the hook)
+    node: Optional[NodeUse] = None  # the network and GPU sampler's figures
 
 
 def resident_peak_mb() -> float:
@@ -107,7 +113,48 @@ class RanksSummary:
             slow, median = slowest
             parts.append(f'own step time slowest {slow.own_step_s * 1e3:.1f} ms ({_who(slow)}), '
                          f'median of the others {median * 1e3:.1f} ms')
+        comm = self.most_comm_wait()
+        if comm is not None:
+            parts.append(f'communication wait max {comm.comm_wait:.1%} ({_who(comm)})')
+        parts.extend(self._node_parts())
         return '; '.join(parts)
+
+    def most_comm_wait(self) -> Optional[RankFigures]:
+        waited = [f for f in self.figures if f.comm_wait is not None]
+        return max(waited, key=lambda f: (f.comm_wait, -f.rank)) if waited else None
+
+    def per_node(self) -> Dict[str, NodeUse]:
+        """Each host's network figures (from its first rank that read them)."""
+        nodes: Dict[str, NodeUse] = {}
+        for f in self.figures:
+            if f.node is not None and f.node.received_mb_s is not None:
+                nodes.setdefault(f.host, f.node)
+        return nodes
+
+    def _gpus(self) -> List[RankFigures]:
+        return [f for f in self.figures if f.node is not None and f.node.gpu_memory_mb is not None]
+
+    def _node_parts(self) -> List[str]:
+        parts = []
+        nodes = self.per_node()
+        if nodes:
+            busiest = sorted(nodes.items(), key=lambda item: item[1].received_mb_s + item[1].sent_mb_s)
+            shown = busiest if len(busiest) <= 2 else [busiest[0], busiest[-1]]
+            parts.append('network ' + ', '.join(
+                f'{host} {use.interface} {use.received_mb_s:.1f} MB/s in, {use.sent_mb_s:.1f} MB/s out'
+                for host, use in shown) + ('' if len(busiest) <= 2 else f' (least and most of {len(busiest)} nodes)'))
+        gpus = self._gpus()
+        if gpus:
+            used = max(gpus, key=lambda f: (f.node.gpu_memory_mb, -f.rank))
+            timed = [f for f in gpus if f.node.gpu_utilisation is not None]
+            if timed:
+                idle = min(timed, key=lambda f: (f.node.gpu_utilisation, f.rank))
+                utilisation = f'GPU utilisation min {idle.node.gpu_utilisation:.0f}% ({_who(idle)})'
+            else:
+                utilisation = 'GPU utilisation n/a (MIG)'
+            parts.append(f'{utilisation}, GPU memory max {used.node.gpu_memory_mb:.0f} of '
+                         f'{used.node.gpu_memory_total_mb:.0f} MB ({_who(used)})')
+        return parts
 
     def scalars(self) -> Dict[str, float]:
         """The interval's figures for curves (``ranks/`` names; per rank and the extremes)."""
@@ -125,6 +172,16 @@ class RanksSummary:
             out['ranks/own_step_max_s'] = slowest[0].own_step_s
             out['ranks/own_step_max_rank'] = slowest[0].rank
             out['ranks/own_step_others_median_s'] = slowest[1]
+        for f in self.figures:
+            if f.comm_wait is not None:
+                out[f'ranks/comm_wait/rank{f.rank}'] = f.comm_wait
+            if f.node is not None and f.node.gpu_utilisation is not None:
+                out[f'ranks/gpu_utilisation/rank{f.rank}'] = f.node.gpu_utilisation
+            if f.node is not None and f.node.gpu_memory_mb is not None:
+                out[f'ranks/gpu_memory_mb/rank{f.rank}'] = f.node.gpu_memory_mb
+        for host, use in self.per_node().items():
+            out[f'ranks/net_received_mb_s/{host}'] = use.received_mb_s
+            out[f'ranks/net_sent_mb_s/{host}'] = use.sent_mb_s
         return out
 
     def warnings(self, num_workers: int) -> Dict[str, str]:
@@ -143,4 +200,19 @@ class RanksSummary:
                 f'{_who(slow)} is slow: its own step time {slow.own_step_s * 1e3:.1f} ms is '
                 f'{slow.own_step_s / median - 1:.0%} above the median of the other ranks ({median * 1e3:.1f} ms, '
                 f'over {SLOW_RANK_WARN:.0%}); every rank waits for it in the gradient all-reduce')
+        comm = self.most_comm_wait()
+        if comm is not None and comm.comm_wait > COMM_WAIT_WARN:
+            use = self.per_node().get(comm.host)
+            rate = (f'; {use.interface} of {comm.host} carried {use.received_mb_s:.1f} MB/s in and '
+                    f'{use.sent_mb_s:.1f} MB/s out' if use is not None else '')
+            found['comm_wait'] = (
+                f'{_who(comm)} waited in gradient communication {comm.comm_wait:.0%} of its iterations (over '
+                f'{COMM_WAIT_WARN:.0%}): it waits for a slower rank, or the network between the ranks is the limit'
+                f'{rate}')
+        timed = [f for f in self._gpus() if f.node.gpu_utilisation is not None]
+        if timed:
+            idle = min(timed, key=lambda f: (f.node.gpu_utilisation, f.rank))
+            if idle.node.gpu_utilisation < GPU_IDLE_WARN:
+                found['gpu_idle'] = (f'the GPU of {_who(idle)} was {idle.node.gpu_utilisation:.0f}% utilised '
+                                     f'over the interval (under {GPU_IDLE_WARN:.0f}%): the step does not keep it busy')
         return found

@@ -10,21 +10,26 @@ training, a table of each rank's figures over the run.
 
 Data wait is the time spent inside the train loop's batch fetch: the loop's batch iterator
 (``dataloader_iterator`` of iteration loops) or, in epoch loops, its data loader's iterator is
-timed (``TimedBatches``).
+timed (``TimedBatches``). Communication wait is each rank's share of its iterations (from the
+run's second on, fetches included) spent after its own step time: the iterations' steps
+(``before_train_iter`` to this hook's ``after_train_iter``) less the own step times, over the steps
+and fetches. The network and GPU figures come from ``node_sampler.NodeSampler``'s thread.
 """
 import socket
 import statistics
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 import torch
+import torch.distributed as dist
 from mmengine.dist import get_rank
 from mmengine.hooks import Hook, LoggerHook
 from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import begin_step_bound, end_step_bound, gpus_present, wait_bound_s, world_size
+from ..node_sampler import NodeSampler, group_interface, open_rank_gpu
 from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, reset_resident_peak
 
 
@@ -100,10 +105,12 @@ class RankFiguresHook(Hook):
     # LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
     priority = 55
 
-    def __init__(self) -> None:
+    def __init__(self, sample_period_s: float = 1.0) -> None:
         self._fetch = FetchTimer()
         self._warned: Dict[str, int] = {}
         self._run: List[RanksSummary] = []
+        self._period_s = sample_period_s
+        self._sampler: Optional[NodeSampler] = None
 
     def before_train(self, runner) -> None:
         self._logger_hook = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
@@ -118,6 +125,9 @@ class RankFiguresHook(Hook):
         self._fetch.take()
         if self._device.type == 'cpu':
             reset_resident_peak()
+        interface = group_interface(dist.get_backend()) if world_size() > 1 else None
+        self._sampler = NodeSampler(interface, open_rank_gpu(), self._period_s).start()
+        self._iterations, self._steps_s = 0, 0.0
         self._since = time.perf_counter()
 
     def before_train_epoch(self, runner) -> None:
@@ -128,8 +138,12 @@ class RankFiguresHook(Hook):
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if self._clock is not None:
             self._clock.begin_step()
+        self._iter_start = time.perf_counter()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._iterations += 1
+        if self._iterations > 1:  # (the run's first step is not timed: see step_clock)
+            self._steps_s += time.perf_counter() - self._iter_start
         if not self._logs_now(runner, batch_idx):
             return
         with _step_bound():
@@ -150,6 +164,9 @@ class RankFiguresHook(Hook):
                 runner.logger.warning(message)
 
     def after_train(self, runner) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
         loop = runner.train_loop
         if isinstance(getattr(loop, 'dataloader_iterator', None), TimedBatches):
             loop.dataloader_iterator = loop.dataloader_iterator._batches
@@ -172,9 +189,12 @@ class RankFiguresHook(Hook):
         if self._device.type == 'cpu':
             reset_resident_peak()  # (CUDA's peak is reset by the logger's line)
         own = self._clock.take() if self._clock is not None else []
+        fetch_s, steps_s, self._steps_s = self._fetch.take(), self._steps_s, 0.0
+        comm_wait = max(steps_s - sum(own), 0.0) / (steps_s + fetch_s) if own and steps_s > 0 else None
         return RankFigures(rank=get_rank(), host=self._host, memory_mb=memory, reserved_mb=reserved,
-                           data_wait=min(self._fetch.take() / interval, 1.0),
-                           own_step_s=statistics.fmean(own) if own else None, interval_s=interval)
+                           data_wait=min(fetch_s / interval, 1.0), own_step_s=statistics.fmean(own) if own else None,
+                           interval_s=interval, comm_wait=comm_wait,
+                           node=self._sampler.take() if self._sampler is not None else None)
 
 
 def run_table(summaries: List[RanksSummary]) -> str:

@@ -2,13 +2,16 @@
 wrapper and hook (slow stage: they train); the log names the rank that computes slowest (with its
 host), the one that holds the most memory, and warns once that a rank waits for its batches. The
 step clock, the fetch timing and the comparisons in-process."""
+import importlib.util
 import multiprocessing
 import socket
 import time
 from pathlib import Path
 
+import matplotlib
 import pytest
 import torch
+from helpers import ROOT
 from mmengine.model import BaseModel
 from torch import nn
 from torch.utils.data import Dataset
@@ -71,8 +74,7 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
             log_processor=dict(window_size=10), cfg=dict(model_wrapper_cfg=dict(type='GradLayoutDDP', device_ids=None)),
             launcher='pytorch', default_scope='mmengine')
         runner.train()
-        log = next(Path(runner.log_dir).glob('*.log'), None) if rank == 0 else None
-        results.put((rank, log.read_text() if log else ''))
+        results.put((rank, 'trained'))
     except BaseException as exc:  # noqa: B902  (the parent must hear of any failure)
         results.put((rank, f'FAILED: {exc!r}'))
         raise
@@ -81,7 +83,8 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
 
 
 @pytest.fixture(scope='module')
-def two_rank_log(tmp_path_factory) -> str:
+def two_rank_run(tmp_path_factory) -> Path:
+    """The work dirs (rank0/, rank1/) of the two ranks' run."""
     tmp = tmp_path_factory.mktemp('ranks')
     context = multiprocessing.get_context('fork')  # two real ranks, this process's imports shared
     results = context.Queue()
@@ -97,7 +100,13 @@ def two_rank_log(tmp_path_factory) -> str:
             if process.is_alive():
                 process.kill()
     assert not any(text.startswith('FAILED') for text in logs.values()), logs
-    return logs[0]
+    return tmp / 'work'
+
+
+@pytest.fixture(scope='module')
+def two_rank_log(two_rank_run) -> str:
+    """Rank 0's log of the run."""
+    return next(two_rank_run.glob('rank0/*/*.log')).read_text()
 
 
 @pytest.mark.slow
@@ -123,6 +132,31 @@ def test_a_slow_fetch_warns_once_naming_the_rank_and_num_workers(two_rank_log):
     assert 'rank 0,' in warnings[0] and 'num_workers, now 0' in warnings[0]
     lines = [line for line in two_rank_log.splitlines() if 'ranks: 2 rank(s)' in line]
     assert all('data wait max' in line and '(rank 0,' in line.split('data wait max')[1] for line in lines)
+
+
+@pytest.mark.slow
+def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_run, tmp_path):
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    spec = importlib.util.spec_from_file_location('plot_logs', ROOT / 'tools' / 'plot_logs.py')
+    plot_logs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_logs)
+    scalars = next(two_rank_run.glob('rank0/*/vis_data/scalars.json'))
+    records = plot_logs.read_records(scalars)
+    train, metrics = plot_logs.split_records(records)
+    ranks = [r for r in records if plot_logs.is_ranks_record(r)]
+    assert len(train) == len(ranks) == ITERS // INTERVAL and metrics == {}  # (no rank record taken for a metric)
+    fig, axes = plt.subplots(1, len(plot_logs.RANK_PANELS))
+    plot_logs.plot_ranks(ranks, axes)
+    lines = {axis.get_title(): sorted(line.get_label() for line in axis.get_lines()) for axis in axes}
+    plt.close(fig)
+    assert lines['peak memory per rank'] == lines['data wait per rank'] == ['rank0', 'rank1']
+    assert lines['own step time'] == ['slowest rank', "the others' median"]
+    assert lines['communication wait and network'] == ['wait rank0', 'wait rank1']
+    assert lines['GPU utilisation per rank'] == []  # (CPUs: none logged)
+    out = tmp_path / 'curves.png'
+    plot_logs.plot(train, metrics, out, 'two ranks', ranks)
+    assert out.stat().st_size > 10_000
 
 
 def figures(rank: int, own_step_s, data_wait: float = 0.0, memory_mb: float = 100.0) -> RankFigures:

@@ -84,13 +84,16 @@ RANK_PANELS = (
 )
 
 
-def plot_ranks(ranks: List[dict], axes) -> None:
-    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it."""
+def plot_ranks(ranks: List[dict], axes) -> Dict[str, List[str]]:
+    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it.
+    Returns each panel's curves by label."""
+    drawn_labels: Dict[str, List[str]] = {}
     for axis, (title, sources, unit) in zip(axes, RANK_PANELS):
         drawn = 0
         for prefix, label in sources:
             for name, values in sorted(series(ranks, prefix).items()):
                 axis.plot(*zip(*values), marker='.', label=f'{label}{name}'.strip() or prefix)
+                drawn_labels.setdefault(title, []).append(f'{label}{name}'.strip())
                 drawn += 1
         axis.set_title(title)
         axis.set_ylabel(unit)
@@ -98,15 +101,17 @@ def plot_ranks(ranks: List[dict], axes) -> None:
             axis.legend(fontsize=7)
         else:
             axis.text(0.5, 0.5, 'not logged in this run', ha='center', va='center')
+    return drawn_labels
 
 
 def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Path, title: str,
-         ranks: List[dict] = ()) -> None:
+         ranks: List[dict] = ()) -> Dict[str, List[str]]:
+    """Draw the panels into ``out``; returns the curves of every rank's panels that were drawn."""
     rows = 2 if ranks else 1
     fig, grid = plt.subplots(rows, max(3, len(RANK_PANELS) if ranks else 3), figsize=(25 if ranks else 15, 4 * rows),
                              squeeze=False)
+    drawn = plot_ranks(ranks, grid[1]) if ranks else {}
     if ranks:
-        plot_ranks(ranks, grid[1])
         for axis in grid[0][3:]:
             axis.axis('off')
     axes = list(grid[0][:3]) + (list(grid[1]) if ranks else [])
@@ -136,6 +141,7 @@ def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return drawn
 
 
 def main() -> None:
@@ -153,10 +159,12 @@ def main() -> None:
     ranks = [r for r in records if is_ranks_record(r)]
     work_dir = scalars.parents[2]
     out = Path(args.out) if args.out else work_dir / 'curves.png'
-    plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
+    drawn = plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
     summary = ', '.join(f'{k} {v[-1][1]:.4g}' for k, v in sorted(metrics.items()))
     panels = f', {len(ranks)} of every rank' if ranks else ''
     print(f'{len(train)} training records{panels}{", last " + summary if summary else ""} -> {out}')
+    for title, labels in drawn.items():
+        print(f'  {title}: {", ".join(labels)}')
 
 
 if __name__ == '__main__':

@@ -41,6 +41,8 @@ class RankFigures:
     interval_s: float
     comm_wait: Optional[float] = None  # share of the iterations after the own step time (see the hook)
     node: Optional[NodeUse] = None  # the network and GPU sampler's figures
+    tflops: Optional[float] = None  # achieved training TFLOP/s (model_flops); None: not counted
+    mfu: Optional[float] = None  # tflops over the device's peak; None: peak unknown
 
 
 def resident_peak_mb() -> float:
@@ -117,6 +119,12 @@ class RanksSummary:
         if comm is not None:
             parts.append(f'communication wait max {comm.comm_wait:.1%} ({_who(comm)})')
         parts.extend(self._node_parts())
+        counted = [f for f in self.figures if f.tflops is not None]
+        if counted:
+            mean = statistics.fmean(f.tflops for f in counted)
+            utilised = [f.mfu for f in counted if f.mfu is not None]
+            mfu = f', MFU {statistics.fmean(utilised):.1%}' if utilised else ''
+            parts.append(f'achieved {mean:.2f} TFLOP/s per rank{mfu}')
         return '; '.join(parts)
 
     def most_comm_wait(self) -> Optional[RankFigures]:
@@ -179,6 +187,12 @@ class RanksSummary:
                 out[f'ranks/gpu_utilisation/rank{f.rank}'] = f.node.gpu_utilisation
             if f.node is not None and f.node.gpu_memory_mb is not None:
                 out[f'ranks/gpu_memory_mb/rank{f.rank}'] = f.node.gpu_memory_mb
+        counted = [f for f in self.figures if f.tflops is not None]
+        if counted:
+            out['ranks/tflops_mean'] = statistics.fmean(f.tflops for f in counted)
+            utilised = [f.mfu for f in counted if f.mfu is not None]
+            if utilised:
+                out['ranks/mfu_mean'] = statistics.fmean(utilised)
         for host, use in self.per_node().items():
             out[f'ranks/net_received_mb_s/{host}'] = use.received_mb_s
             out[f'ranks/net_sent_mb_s/{host}'] = use.sent_mb_s

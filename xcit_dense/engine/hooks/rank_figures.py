@@ -14,12 +14,14 @@ timed (``TimedBatches``). Communication wait is each rank's share of its iterati
 run's second on, fetches included) spent after its own step time: the iterations' steps
 (``before_train_iter`` to this hook's ``after_train_iter``) less the own step times, over the steps
 and fetches. The network and GPU figures come from ``node_sampler.NodeSampler``'s thread.
+Achieved FLOP/s and MFU: ``model_flops`` (the model counted once per run, by default on GPUs only,
+where a device peak gives MFU; ``flops=True`` counts on CPUs too).
 """
 import socket
 import statistics
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,7 @@ from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import begin_step_bound, end_step_bound, gpus_present, wait_bound_s, world_size
+from ..model_flops import COUNT_SHAPE, TrainingFlops, count_training_flops, peak_tflops, training_dtype
 from ..node_sampler import NodeSampler, group_interface, open_rank_gpu
 from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, reset_resident_peak
 
@@ -84,6 +87,9 @@ def _untime_loader(loader) -> None:
         loader.__class__ = type(loader).__mro__[1]
 
 
+COUNT_TEXT = f'{COUNT_SHAPE[0]}x{COUNT_SHAPE[1]}'
+
+
 @contextmanager
 def _step_bound() -> Iterator[None]:
     """The step bound around the gathering, where the process groups have bounds (``dist``)."""
@@ -105,7 +111,11 @@ class RankFiguresHook(Hook):
     # LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
     priority = 55
 
-    def __init__(self, sample_period_s: float = 1.0) -> None:
+    def __init__(self, sample_period_s: float = 1.0, flops: Union[bool, str] = 'auto',
+                 peak_tflops: Optional[float] = None) -> None:
+        if flops not in (True, False, 'auto'):
+            raise ValueError(f"RankFiguresHook: flops must be True, False or 'auto', got {flops!r}")
+        self._count_flops, self._peak_override = flops, peak_tflops
         self._fetch = FetchTimer()
         self._warned: Dict[str, int] = {}
         self._run: List[RanksSummary] = []
@@ -128,7 +138,28 @@ class RankFiguresHook(Hook):
         interface = group_interface(dist.get_backend()) if world_size() > 1 else None
         self._sampler = NodeSampler(interface, open_rank_gpu(), self._period_s).start()
         self._iterations, self._steps_s = 0, 0.0
+        self._flops, self._pixels, self._peak = self._model_flops(runner), [], None
+        if self._flops is not None:
+            dtype = training_dtype(runner.optim_wrapper)
+            name = torch.cuda.get_device_name(self._device) if self._device.type == 'cuda' else 'CPU'
+            self._peak = self._peak_override or peak_tflops(name, dtype)
+            peak = f'{self._peak:g} TFLOP/s' if self._peak else 'unknown (no MFU; RankFiguresHook peak_tflops sets it)'
+            runner.logger.info(
+                f'training FLOPs counted at {COUNT_TEXT}: {self._flops.per_pixel:.4g} per pixel and '
+                f'{self._flops.per_image:.4g} per image (RoI heads); {dtype} peak of {name}: {peak}')
         self._since = time.perf_counter()
+
+    def _model_flops(self, runner) -> Optional[TrainingFlops]:
+        """The model's training FLOPs, counted now where asked to (None: not counted, said in the log)."""
+        if self._count_flops is False or (self._count_flops == 'auto' and self._device.type != 'cuda'):
+            return None
+        model = getattr(runner.model, 'module', runner.model)
+        try:
+            return count_training_flops(model)
+        except Exception as exc:  # a model the counter cannot trace: no FLOP figures, said once
+            runner.logger.warning(f'achieved FLOP/s not measured: counting the model failed ({type(exc).__name__}: '
+                                  f'{str(exc).splitlines()[0] if str(exc) else ""})')
+            return None
 
     def before_train_epoch(self, runner) -> None:
         loop = runner.train_loop
@@ -141,6 +172,8 @@ class RankFiguresHook(Hook):
         self._iter_start = time.perf_counter()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if self._flops is not None and isinstance(data_batch, dict):
+            self._pixels.extend(image_pixels(data_batch.get('inputs')))
         self._iterations += 1
         if self._iterations > 1:  # (the run's first step is not timed: see step_clock)
             self._steps_s += time.perf_counter() - self._iter_start
@@ -191,10 +224,21 @@ class RankFiguresHook(Hook):
         own = self._clock.take() if self._clock is not None else []
         fetch_s, steps_s, self._steps_s = self._fetch.take(), self._steps_s, 0.0
         comm_wait = max(steps_s - sum(own), 0.0) / (steps_s + fetch_s) if own and steps_s > 0 else None
+        tflops = None
+        if self._flops is not None:
+            tflops, self._pixels = self._flops.of(self._pixels) / interval / 1e12, []
         return RankFigures(rank=get_rank(), host=self._host, memory_mb=memory, reserved_mb=reserved,
                            data_wait=min(fetch_s / interval, 1.0), own_step_s=statistics.fmean(own) if own else None,
                            interval_s=interval, comm_wait=comm_wait,
-                           node=self._sampler.take() if self._sampler is not None else None)
+                           node=self._sampler.take() if self._sampler is not None else None,
+                           tflops=tflops, mfu=tflops / self._peak if tflops is not None and self._peak else None)
+
+
+def image_pixels(inputs) -> List[int]:
+    """Each image's pixels in a batch's ``inputs`` (a list of C x H x W tensors, or one N x C x H x W)."""
+    if isinstance(inputs, torch.Tensor):
+        return [inputs.shape[-2] * inputs.shape[-1]] * (inputs.shape[0] if inputs.dim() == 4 else 1)
+    return [image.shape[-2] * image.shape[-1] for image in inputs or [] if isinstance(image, torch.Tensor)]
 
 
 def run_table(summaries: List[RanksSummary]) -> str:

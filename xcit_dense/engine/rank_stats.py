@@ -75,6 +75,11 @@ def peak_memory_mb(device: torch.device) -> Tuple[float, Optional[float]]:
     return resident_peak_mb(), None
 
 
+def rate_text(tflops: float) -> str:
+    """TFLOP/s as text: in GFLOP/s below one TFLOP/s."""
+    return f'{tflops:.2f} TFLOP/s' if tflops >= 1 else f'{tflops * 1e3:.3g} GFLOP/s'
+
+
 def _who(figures: RankFigures) -> str:
     return f'rank {figures.rank}, {figures.host}'
 
@@ -124,7 +129,7 @@ class RanksSummary:
             mean = statistics.fmean(f.tflops for f in counted)
             utilised = [f.mfu for f in counted if f.mfu is not None]
             mfu = f', MFU {statistics.fmean(utilised):.1%}' if utilised else ''
-            parts.append(f'achieved {mean:.2f} TFLOP/s per rank{mfu}')
+            parts.append(f'achieved {rate_text(mean)} per rank{mfu}')
         return '; '.join(parts)
 
     def most_comm_wait(self) -> Optional[RankFigures]:

@@ -33,7 +33,7 @@ from ..collectives import gather_objects
 from ..dist import begin_step_bound, end_step_bound, gpus_present, wait_bound_s, world_size
 from ..model_flops import COUNT_SHAPE, TrainingFlops, count_training_flops, peak_tflops, training_dtype
 from ..node_sampler import NodeSampler, group_interface, open_rank_gpu
-from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, reset_resident_peak
+from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, rate_text, reset_resident_peak
 
 
 class FetchTimer:
@@ -242,15 +242,22 @@ def image_pixels(inputs) -> List[int]:
 
 
 def run_table(summaries: List[RanksSummary]) -> str:
-    """A Markdown table of each rank over the run: peak memory, mean data wait, mean own step time."""
-    rows = ['| rank | host | peak memory (MB) | data wait | own step (ms) |', '|---|---|---|---|---|']
+    """A Markdown table of each rank over the run: peak memory, mean data wait, mean own step time,
+    mean communication wait and, where counted, mean achieved FLOP/s and MFU."""
+    rows = ['| rank | host | peak memory (MB) | data wait | own step (ms) | communication wait | achieved | MFU |',
+            '|---|---|---|---|---|---|---|---|']
     by_rank: Dict[int, List[RankFigures]] = {}
     for summary in summaries:
         for figures in summary.figures:
             by_rank.setdefault(figures.rank, []).append(figures)
     for rank, figures in sorted(by_rank.items()):
-        own = [f.own_step_s for f in figures if f.own_step_s is not None]
-        own_text = f'{statistics.fmean(own) * 1e3:.1f}' if own else 'n/a'
+        def mean(values: List[float], form: str) -> str:
+            return format(statistics.fmean(values), form) if values else 'n/a'
+        own = [f.own_step_s * 1e3 for f in figures if f.own_step_s is not None]
+        comm = [f.comm_wait for f in figures if f.comm_wait is not None]
+        tflops = [f.tflops for f in figures if f.tflops is not None]
+        mfu = [f.mfu for f in figures if f.mfu is not None]
         rows.append(f'| {rank} | {figures[0].host} | {max(f.memory_mb for f in figures):.0f} | '
-                    f'{statistics.fmean(f.data_wait for f in figures):.1%} | {own_text} |')
+                    f'{mean([f.data_wait for f in figures], ".1%")} | {mean(own, ".1f")} | {mean(comm, ".1%")} | '
+                    f'{rate_text(statistics.fmean(tflops)) if tflops else "n/a"} | {mean(mfu, ".1%")} |')
     return '\n'.join(rows)

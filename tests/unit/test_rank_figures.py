@@ -203,3 +203,22 @@ def test_the_resident_peak_covers_the_interval():
     assert resident_peak_mb() >= before + 60
     del held
     assert reset_resident_peak() and resident_peak_mb() < before + 30
+
+
+@pytest.mark.quick
+def test_an_epoch_loops_data_loader_times_its_batches_and_stays_what_it_was():
+    from torch.utils.data import DataLoader
+
+    from xcit_dense.engine.hooks.rank_figures import _time_loader, _untime_loader
+    loader = DataLoader(Vectors(), batch_size=16)
+    timer = FetchTimer()
+    _time_loader(loader, timer)
+    assert isinstance(loader, DataLoader) and len(loader) == 4 and loader.batch_size == 16
+    batches = list(enumerate(loader))  # as MMEngine's epoch loop iterates
+    assert len(batches) == 4 and timer.take() > 0
+    _time_loader(loader, timer)  # a later epoch: timed once, not twice
+    assert type(loader).__mro__[1] is DataLoader
+    _untime_loader(loader)
+    assert type(loader) is DataLoader
+    list(loader)
+    assert timer.take() == 0.0

@@ -121,6 +121,8 @@ class RankFiguresHook(Hook):
         self._run: List[RanksSummary] = []
         self._period_s = sample_period_s
         self._sampler: Optional[NodeSampler] = None
+        self._since: Optional[float] = None  # the interval's start (training only)
+        self._val_start: Optional[float] = None
 
     def before_train(self, runner) -> None:
         self._logger_hook = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
@@ -160,6 +162,15 @@ class RankFiguresHook(Hook):
             runner.logger.warning(f'achieved FLOP/s not measured: counting the model failed ({type(exc).__name__}: '
                                   f'{str(exc).splitlines()[0] if str(exc) else ""})')
             return None
+
+    def before_val(self, runner) -> None:
+        self._val_start = time.perf_counter()
+
+    def after_val(self, runner) -> None:
+        """A validation inside training is not part of the interval (its shares are of training time)."""
+        if self._since is not None and self._val_start is not None:
+            self._since += time.perf_counter() - self._val_start
+        self._val_start = None
 
     def before_train_epoch(self, runner) -> None:
         loop = runner.train_loop

@@ -29,7 +29,7 @@ REQUIREMENTS = ROOT / 'requirements' / 'gpu_bundle.txt'
 # What the lent machine's image holds that the bundled packages require (its python3 has them:
 # /work/.library/device/KINDS.md lists them); opencv-python-headless stands for opencv-python.
 MACHINE_HAS = frozenset({'numpy', 'matplotlib', 'scipy', 'pyyaml', 'rich', 'tqdm', 'six', 'packaging',
-                         'pillow', 'regex', 'opencv-python', 'torch', 'torchvision', 'timm'})
+                         'pillow', 'regex', 'opencv-python', 'torch', 'torchvision', 'timm', 'nvidia-ml-py'})
 PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64',
              'manylinux_2_17_x86_64', 'manylinux2014_x86_64', 'manylinux1_x86_64')
 

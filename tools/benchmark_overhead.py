@@ -5,7 +5,11 @@
    (``--cfg-options default_hooks.<name>=None``), runs alternated, and each hook's own time per
    iteration, timed inside the "on" runs;
 3. at 2 processes (tools/dist_train.sh, gloo on CPU) the toolkit's per-step collectives
-   (xcit_dense/engine/collectives.py, step_agreement.py), timed inside the run.
+   (xcit_dense/engine/collectives.py, step_agreement.py), timed inside the run;
+4. at 2 processes, every rank's figures (RankFiguresHook: the gathering, the sampler thread, the
+   timing) on against off (``default_hooks.rank_figures=None``), runs alternated. With the logger
+   interval of 1 that the iteration times need, the ranks gather every iteration instead of every
+   50: an upper bound. (DDP's timed communication hook stays on in both: it is always registered.)
 
 Iteration times are read from each run's json log (``time``, logger interval 1), the first
 ``--skip`` iterations left out. The machine's load average is printed with every run: compare the
@@ -104,8 +108,8 @@ def main() -> None:
     parser.add_argument('--skip', type=int, default=2, help='first iterations left out')
     parser.add_argument('--batch-size', type=int, default=2)
     parser.add_argument('--procs', type=int, default=2, help='processes of the collectives run (0: none)')
-    parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist', 'allreduce'],
-                        choices=['tools', 'hooks', 'dist', 'allreduce'])
+    parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist', 'allreduce', 'ranks'],
+                        choices=['tools', 'hooks', 'dist', 'allreduce', 'ranks'])
     parser.add_argument('--out', help='also write the tables (markdown) to this file')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix='xcit_overhead_') as tmp:
@@ -179,6 +183,25 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
         out += [f'### {args.procs} processes: the toolkit\'s collectives per iteration '
                 f'(iteration median {res["median"]:.3f} s, load {res["load"]:.1f})', '',
                 table(rows, ['rank', 'collective / hook', 'us/iter', 'share of an iteration']), '']
+    if 'ranks' in args.parts and args.procs > 1:
+        print(f'every rank\'s figures on against off ({args.procs} processes):')
+        dist = ['bash', 'tools/dist_train.sh', args.config, str(args.procs)]
+        rows, costs = [], []
+        for pair in range(args.pairs):
+            sides = [('dist figures on', []), ('dist figures off', ['default_hooks.rank_figures=None'])]
+            if pair % 2:
+                sides.reverse()
+            res = {name: run(name, dist, wd(name.replace(' ', '_')), args,
+                             dict(options=list(opts), PORT=str(29600 + (os.getpid() + pair) % 300)))
+                   for name, opts in sides}
+            on, off = res['dist figures on'], res['dist figures off']
+            costs.append(relative_cost([on['median']], [off['median']]))
+            rows.append([pair + 1, f'{on["median"]:.3f}', f'{off["median"]:.3f}', f'{100 * costs[-1]:+.2f} %',
+                         f'{on["load"]:.1f} / {off["load"]:.1f}'])
+        spread = f', spread (max - min) {100 * (max(costs) - min(costs)):.2f} points' if len(costs) > 1 else ''
+        out += [f'### every rank\'s figures on against off, {args.procs} processes, a gathering every iteration '
+                f'(median of the pairs {100 * statistics.median(costs):+.2f} %{spread})', '',
+                table(rows, ['pair', 'on s/iter', 'off s/iter', 'on/off - 1', 'load avg (on / off)']), '']
     if 'allreduce' in args.parts:
         load = os.getloadavg()[0]
         times = allreduce_latency()

@@ -2,7 +2,11 @@
 
 Reads MMEngine's scalar log, ``<work_dir>/<timestamp>/vis_data/scalars.json`` (one JSON record
 per line), of the newest run in the work dir that trained. Validation records of epoch-based
-runs are logged per epoch; they are placed at the last iteration of their epoch.
+runs are logged per epoch; they are placed at the last iteration of their epoch. Where the run
+logged every rank's figures (``ranks/`` records of the toolkit's RankFiguresHook), a second row
+shows them: peak memory per rank, data wait per rank, the slowest rank's own step time beside
+the others' median, communication wait per rank with the network rate per node, GPU utilisation
+per rank.
 """
 import argparse
 import json
@@ -34,10 +38,15 @@ def read_records(path: Path) -> List[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def is_ranks_record(record: dict) -> bool:
+    """Whether ``record`` holds every rank's figures (``ranks/`` names) rather than losses or metrics."""
+    return any(key.startswith('ranks/') for key in record)
+
+
 def split_records(records: List[dict]) -> Tuple[List[dict], Dict[str, List[Tuple[int, float]]]]:
     """Training records, and each validation metric as (iteration, value) pairs."""
     train = [r for r in records if 'loss' in r]
-    val = [r for r in records if 'loss' not in r and 'lr' not in r]
+    val = [r for r in records if 'loss' not in r and 'lr' not in r and not is_ranks_record(r)]
     last_iter_of_epoch: Dict[int, int] = {}
     for record in train:
         if 'epoch' in record:
@@ -53,10 +62,61 @@ def split_records(records: List[dict]) -> Tuple[List[dict], Dict[str, List[Tuple
     return train, main or metrics
 
 
-def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Path, title: str) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+def series(records: List[dict], prefix: str) -> Dict[str, List[Tuple[int, float]]]:
+    """{what follows ``prefix`` (a rank, a host): [(iteration, value)]} of the ``ranks/`` records."""
+    found: Dict[str, List[Tuple[int, float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key.startswith(prefix):
+                found.setdefault(key[len(prefix):], []).append((record['step'], value))
+    return found
+
+
+# the panels of every rank's figures: (title, [(name prefix in scalars.json, label prefix)], y label)
+RANK_PANELS = (
+    ('peak memory per rank', [('ranks/memory_mb/', '')], 'MB'),
+    ('data wait per rank', [('ranks/data_wait/', '')], 'share of the interval'),
+    ('own step time', [('ranks/own_step_max_s', 'slowest rank'),
+                       ('ranks/own_step_others_median_s', "the others' median")], 's'),
+    ('communication wait and network', [('ranks/comm_wait/', 'wait '), ('ranks/net_received_mb_s/', 'in MB/s '),
+                                        ('ranks/net_sent_mb_s/', 'out MB/s ')], 'share / MB/s'),
+    ('GPU utilisation per rank', [('ranks/gpu_utilisation/', '')], '%'),
+)
+
+
+def plot_ranks(ranks: List[dict], axes) -> Dict[str, List[str]]:
+    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it.
+    Returns each panel's curves by label."""
+    drawn_labels: Dict[str, List[str]] = {}
+    for axis, (title, sources, unit) in zip(axes, RANK_PANELS):
+        drawn = 0
+        for prefix, label in sources:
+            for name, values in sorted(series(ranks, prefix).items()):
+                axis.plot(*zip(*values), marker='.', label=f'{label}{name}'.strip() or prefix)
+                drawn_labels.setdefault(title, []).append(f'{label}{name}'.strip())
+                drawn += 1
+        axis.set_title(title)
+        axis.set_ylabel(unit)
+        if drawn:
+            axis.legend(fontsize=7)
+        else:
+            axis.text(0.5, 0.5, 'not logged in this run', ha='center', va='center')
+    return drawn_labels
+
+
+def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Path, title: str,
+         ranks: List[dict] = ()) -> Dict[str, List[str]]:
+    """Draw the panels into ``out``; returns the curves of every rank's panels that were drawn."""
+    rows = 2 if ranks else 1
+    fig, grid = plt.subplots(rows, max(3, len(RANK_PANELS) if ranks else 3), figsize=(25 if ranks else 15, 4 * rows),
+                             squeeze=False)
+    drawn = plot_ranks(ranks, grid[1]) if ranks else {}
+    if ranks:
+        for axis in grid[0][3:]:
+            axis.axis('off')
+    axes = list(grid[0][:3]) + (list(grid[1]) if ranks else [])
     steps = [r['step'] for r in train]
-    loss_axis, lr_axis, metric_axis = axes
+    loss_axis, lr_axis, metric_axis = grid[0][:3]
     for key in sorted({k for r in train for k in r if k.startswith('loss')}):
         values = [(r['step'], r[key]) for r in train if key in r]
         loss_axis.plot(*zip(*values), label=key, linewidth=2 if key == 'loss' else 0.8)
@@ -81,6 +141,7 @@ def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return drawn
 
 
 def main() -> None:
@@ -93,12 +154,17 @@ def main() -> None:
         scalars = source if source.is_file() else find_scalars(source)
     except FileNotFoundError as exc:
         sys.exit(f'error: {exc}')
-    train, metrics = split_records(read_records(scalars))
+    records = read_records(scalars)
+    train, metrics = split_records(records)
+    ranks = [r for r in records if is_ranks_record(r)]
     work_dir = scalars.parents[2]
     out = Path(args.out) if args.out else work_dir / 'curves.png'
-    plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})')
+    drawn = plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
     summary = ', '.join(f'{k} {v[-1][1]:.4g}' for k, v in sorted(metrics.items()))
-    print(f'{len(train)} training records{", last " + summary if summary else ""} -> {out}')
+    panels = f', {len(ranks)} of every rank' if ranks else ''
+    print(f'{len(train)} training records{panels}{", last " + summary if summary else ""} -> {out}')
+    for title, labels in drawn.items():
+        print(f'  {title}: {", ".join(labels)}')
 
 
 if __name__ == '__main__':

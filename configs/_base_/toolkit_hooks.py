@@ -10,6 +10,8 @@
 default_hooks = dict(
     # images per second over all ranks in the log (img_per_s)
     throughput=dict(type='ThroughputHook'),
+    # each rank's memory, data wait and own step time per logger line, the slow rank named
+    rank_figures=dict(type='RankFiguresHook'),
     # SIGTERM/SIGUSR1: checkpoint at the next iteration, requeue under Slurm, exit
     preemption=dict(type='PreemptionHook'),
     # a NaN/inf loss makes no update; stop (or skip the batch with skip=True)

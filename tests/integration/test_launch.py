@@ -46,6 +46,10 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
     log = read_log(work_dir)
     assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log and 'Iter(train) [4/4]' in log
+    host = socket.gethostname()  # every rank in the log: the per-interval line and the run's table
+    assert re.search(rf'ranks: 2 rank\(s\): peak memory max \d+ MB resident \(rank [01], {re.escape(host)}\)', log)
+    assert re.search(rf'own step time slowest [\d.]+ ms \(rank [01], {re.escape(host)}\), median of the others', log)
+    assert '| rank | host | peak memory (MB) | data wait | own step (ms) | communication wait |' in log
     rank0 = torch.load(work_dir / 'rank0.pth', weights_only=True)
     rank1 = torch.load(work_dir / 'rank1.pth', weights_only=True)
     saved = torch.load(work_dir / 'iter_4.pth', weights_only=False)['state_dict']

@@ -11,11 +11,12 @@ from .eval_progress import EvalProgressHook
 from .model_ema import OptimizerStepEMAHook, WarmupEMA, ema_hook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
 from .preemption import PreemptionHook
+from .rank_figures import RankFiguresHook
 from .rng_state import RNGStateHook
 from .show_dir import ShowDirHook
 from .step_bound import StepBoundHook
 from .throughput import ThroughputHook
 
 __all__ = ['AUTO_FIT_KEY', 'AutoFitHook', 'BatchPlanHook', 'DataPositionHook', 'EvalProgressHook',
-           'NonFiniteLossError', 'NonFiniteLossHook', 'OptimizerStepEMAHook', 'PreemptionHook', 'RNGStateHook',
-           'ShowDirHook', 'StepBoundHook', 'ThroughputHook', 'WarmupEMA', 'ema_hook', 'toolkit_hooks']
+           'NonFiniteLossError', 'NonFiniteLossHook', 'OptimizerStepEMAHook', 'PreemptionHook', 'RankFiguresHook',
+           'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'ThroughputHook', 'WarmupEMA', 'ema_hook', 'toolkit_hooks']

@@ -1,0 +1,55 @@
+"""Achieved FLOP/s arithmetic: the counter's multiply-adds of one shape, against a hand count, to
+training FLOPs per pixel and per image; the peak table and the dtype in use."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from xcit_dense.analysis.flops import analyse
+from xcit_dense.engine.hooks.rank_figures import image_pixels
+from xcit_dense.engine.model_flops import peak_tflops, roi_scale, training_dtype, training_flops
+
+pytestmark = pytest.mark.quick
+
+
+def test_training_flops_of_a_convolution_match_a_hand_count():
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    macs = analyse(conv, torch.rand(1, 3, 16, 24)).flops
+    assert macs == 8 * 3 * 3 * 3 * 16 * 24  # one multiply-add per weight and output pixel (bias not counted)
+    flops = training_flops(macs, 0, (16, 24))
+    assert flops.per_pixel == 2 * 3 * 216 and flops.per_image == 0  # 2 FLOPs a multiply-add, 3 forwards
+    assert flops.of([100, 200]) == 1296 * 300  # scaled by each image's pixels
+    with_roi = training_flops(1000, 400, (10, 10), roi_scale=0.5)  # the RoI heads per image, at the sampler's RoIs
+    assert (with_roi.per_pixel, with_roi.per_image) == (36.0, 1200.0)
+    assert with_roi.of([100]) == 36 * 100 + 1200
+
+
+def test_the_roi_heads_scale_from_proposals_to_the_training_rois():
+    model = nn.Module()
+    model.roi_head = SimpleNamespace(train_cfg=dict(sampler=dict(num=512)))
+    model.rpn_head = SimpleNamespace(test_cfg=dict(max_per_img=1000))
+    assert roi_scale(model) == 0.512 and roi_scale(nn.Module()) == 1.0
+
+
+def test_the_peak_is_the_devices_for_the_dtype_in_use():
+    assert peak_tflops('NVIDIA H100 80GB HBM3', 'bf16') == 989.4
+    assert peak_tflops('NVIDIA H100 PCIe', 'bf16') == 756.0  # the longer name wins
+    assert peak_tflops('NVIDIA A100-SXM4-80GB', 'tf32') == 156.0
+    assert peak_tflops('NVIDIA V100', 'bf16') is None and peak_tflops('Some GPU', 'fp32') is None
+    assert peak_tflops('Some GPU', 'fp32', {'Some': dict(fp32=10.0)}) == 10.0
+    assert training_dtype(SimpleNamespace(cast_dtype=torch.bfloat16)) == 'bf16'
+    assert training_dtype(SimpleNamespace(cast_dtype=torch.float16)) == 'fp16'
+    matmul, was = torch.backends.cuda.matmul, torch.backends.cuda.matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = True
+        assert training_dtype(SimpleNamespace()) == 'tf32'
+        matmul.allow_tf32 = False
+        assert training_dtype(SimpleNamespace()) == 'fp32'
+    finally:
+        matmul.allow_tf32 = was
+
+
+def test_a_batchs_pixels_are_counted_per_image():
+    assert image_pixels([torch.zeros(3, 4, 5), torch.zeros(3, 6, 2)]) == [20, 12]
+    assert image_pixels(torch.zeros(2, 3, 4, 5)) == [20, 20] and image_pixels(None) == []

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, free_port, read_log, run as run_process
+from helpers import ROOT, free_port, read_log, run as run_process, run_together
 from mmcv.transforms import LoadImageFromFile
 from shapely.ops import unary_union
 
@@ -24,6 +24,14 @@ def run(*args, env=None, check=True):
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def run_all(*commands, check=True):
+    """Independent tool runs launched at once (run_together), from the repository; their results."""
+    procs = run_together(*(dict(args=[str(a) for a in args], cwd=ROOT) for args in commands), timeout=1200)
+    for proc in procs if check else ():
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return procs
 
 
 def test_coco_set_loads_in_mmdet(tmp_path):
@@ -115,12 +123,14 @@ def test_demo_trains_evaluates_and_draws(demo_run):
     tmp, config, work = demo_run
     checkpoint = work / 'epoch_1.pth'
     assert (work / 'last_checkpoint').read_text().strip() == str(checkpoint)
-    test = run(sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval')
+    out = tmp / 'pictures'
+    test, infer, plot = run_all(  # each reads the trained work dir, none writes what another reads
+        (sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval'),
+        (sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val', '--out-dir', out,
+         '--mosaic', tmp / 'mosaic.png'),
+        (sys.executable, 'tools/plot_logs.py', work))
     assert 'coco/bbox_mAP' in test.stdout and 'coco/segm_mAP' in test.stdout
     assert 'test: 100%' in test.stderr and '2/2 [' in test.stderr  # the progress bar over 3 images
-    out = tmp / 'pictures'
-    infer = run(sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val',
-                '--out-dir', out, '--mosaic', tmp / 'mosaic.png')
     assert '3 of 3 images done' in infer.stdout
     assert sorted(p.name for p in out.glob('*.png')) == [f'val_{i:05d}.png' for i in range(3)]
     assert (tmp / 'mosaic.png').stat().st_size > 0
@@ -131,7 +141,6 @@ def test_demo_trains_evaluates_and_draws(demo_run):
         for inst in entry['instances']:
             assert inst['class'] in SHAPES and len(inst['bbox']) == 4 and inst['mask']['size'] == [64, 64]
             assert all(0 <= v <= 64 for v in inst['bbox'])  # in the image's pixels, not the picture's
-    plot = run(sys.executable, 'tools/plot_logs.py', work)
     assert (work / 'curves.png').stat().st_size > 0 and 'coco/bbox_mAP' in plot.stdout
 
 
@@ -172,21 +181,20 @@ def test_infer_reports_bad_inputs_and_goes_on(demo_run):
         (folder / name).write_bytes((tmp / 'demo_coco/val' / name).read_bytes())
     (folder / 'notes.txt').write_text('not an image')
     out = tmp / 'mixed_out'
-    proc = run(sys.executable, 'tools/infer.py', config, checkpoint, folder, tmp / 'missing.jpg',
-               '--out-dir', out, check=False)
+    # and a segmentation checkpoint with the detection config, launched beside it
+    seg_ckpt = tmp / 'segmentor.pth'
+    torch.save({'state_dict': {'decode_head.conv_seg.weight': torch.zeros(4, 8, 1, 1)}}, seg_ckpt)
+    proc, other = run_all(
+        (sys.executable, 'tools/infer.py', config, checkpoint, folder, tmp / 'missing.jpg', '--out-dir', out),
+        (sys.executable, 'tools/infer.py', config, seg_ckpt, folder, '--out-dir', tmp / 'seg_ckpt_out'), check=False)
     assert proc.returncode == 1
     assert 'notes.txt: not an image' in proc.stderr and 'missing.jpg: no such file' in proc.stderr
     assert 'Traceback' not in proc.stderr
     assert sorted(p.name for p in out.glob('*.png')) == ['val_00000.png', 'val_00001.png']
     errors = [e for e in json.loads((out / 'results.json').read_text())['images'] if 'error' in e]
     assert len(errors) == 2
-    # a segmentation checkpoint with the detection config
-    seg_ckpt = tmp / 'segmentor.pth'
-    torch.save({'state_dict': {'decode_head.conv_seg.weight': torch.zeros(4, 8, 1, 1)}}, seg_ckpt)
-    proc = run(sys.executable, 'tools/infer.py', config, seg_ckpt, folder, '--out-dir', tmp / 'seg_ckpt_out',
-               check=False)
-    assert proc.returncode != 0 and 'holds a segmentation model' in proc.stderr
-    assert 'Traceback' not in proc.stderr
+    assert other.returncode != 0 and 'holds a segmentation model' in other.stderr
+    assert 'Traceback' not in other.stderr
 
 
 @pytest.mark.slow  # a learning floor: the slow stage

@@ -19,6 +19,7 @@ from helpers import (
     pause_hook,
     require_capability,
     run,
+    run_together,
     run_tool_in_process,
     spawned,
     tiny_seg_config,
@@ -110,7 +111,8 @@ def test_kill_while_saving_keeps_the_previous_checkpoint(tmp_path, seg_data):
     assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_2.pth')
     state = torch.load(work_dir / 'iter_2.pth', weights_only=False)
     assert state['meta']['iter'] == 2
-    resumed = run(train_cmd(config, work_dir, '--resume', '--cfg-options', 'custom_hooks=[]'))  # saves at speed
+    resumed = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume',  # saves at speed
+                                  '--cfg-options', 'custom_hooks=[]', cwd=tmp_path)  # no process of its own
     assert resumed.returncode == 0 and 'resumed epoch: 0, iter: 2' in resumed.stdout + resumed.stderr
 
 
@@ -138,7 +140,8 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_tiny_s
         'pretrained init': train_cmd(pretrained, tmp_path / 'run2'),
     }
     results = {name: run_tool_in_process(*args, cwd=tmp_path) for name, args in in_process.items()}
-    results.update({name: run(cmd, cwd=tmp_path) for name, cmd in commands.items()})
+    launched = run_together(*(dict(args=cmd, cwd=tmp_path) for cmd in commands.values()))  # independent
+    results.update(zip(commands, launched))
     for name, proc in results.items():
         assert proc.returncode != 0, name
         assert 'could run code' in proc.stderr, (name, proc.stderr[-1500:])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
-from helpers import ROOT, SUPPORT, launch_env, read_log, run, tiny_seg_config, train_cmd
+from helpers import ROOT, SUPPORT, launch_env, read_log, run, run_tool_in_process, tiny_seg_config, train_cmd
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
 from PIL import Image
@@ -127,7 +127,8 @@ def test_broken_annotation_file_stops_before_training(tmp_path):
         f"train_dataloader = dict(dataset=dict(data_root='{root}', ann_file='ann.json', "
         f"data_prefix=dict(img='img/')))\n"
         f"val_dataloader = train_dataloader\n")
-    proc = run(train_cmd(config, tmp_path / 'run'), timeout=300)
+    # refused before a Runner is built: run in this process
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp_path / 'run', cwd=tmp_path)
     assert proc.returncode != 0
     assert f'annotation file {root}/ann.json is not valid JSON' in proc.stderr
     assert not (tmp_path / 'run').exists()  # stopped before the Runner started
@@ -135,7 +136,8 @@ def test_broken_annotation_file_stops_before_training(tmp_path):
 
 def test_missing_image_folder_stops_before_training(tmp_path, seg_copy):
     shutil.rmtree(seg_copy / 'images' / 'validation')
-    proc, work_dir = train_seg(tmp_path, seg_copy)
+    config = tiny_seg_config(tmp_path, seg_copy)  # refused before a Runner is built: run in this process
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp_path / 'run', cwd=tmp_path)
     assert proc.returncode != 0
     assert f'val_dataloader: folder not found: {seg_copy}/images/validation' in proc.stderr
 

@@ -1,11 +1,10 @@
 """Inference on awkward inputs: extreme sizes and aspect ratios, grayscale, RGBA, 16-bit PNG, a JPEG
 whose header declares 40000x40000 pixels."""
 import json
-import sys
 
 import numpy as np
 from bad_data import jpeg_declaring
-from helpers import ROOT, run
+from helpers import run_tool_in_process
 from PIL import Image
 
 
@@ -21,8 +20,8 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, tiny_seg_run):
     Image.fromarray(rng.integers(0, 65535, (50, 70), dtype=np.uint16)).save(images / 'deep.png')
     (images / 'notes.txt').write_text('not an image')
     jpeg_declaring(images / 'bomb.jpg', 40000, 40000)  # OpenCV's own limit raised cv2.error: infer aborted
-    proc = run([sys.executable, str(ROOT / 'tools/infer.py'), str(config),
-                str(work_dir / 'iter_4.pth'), str(images), '--out-dir', str(tmp_path / 'out')], timeout=900)
+    proc = run_tool_in_process('tools/infer.py', config, work_dir / 'iter_4.pth', images,  # no process of its own
+                               '--out-dir', tmp_path / 'out', cwd=tmp_path)
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     results = {r['image'].split('/')[-1]: r for r in json.loads((tmp_path / 'out/results.json').read_text())['images']}
     for name, (h, w) in {'thin.png': (17, 2000), 'huge.jpg': (2000, 3000), 'gray.png': (50, 70),

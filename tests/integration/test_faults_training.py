@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, free_port, launch_env, read_log, rewind, tiny_seg_config, train_cmd
+from helpers import ROOT, free_port, launch_env, read_log, rewind, run_tool_in_process, tiny_seg_config
 
 from xcit_dense.io.checkpoint import read_checkpoint_file
 
@@ -21,10 +21,15 @@ def nan_config(tmp_path, seg_data, iterations=(3,), max_iters=6):
         default_hooks=dict(checkpoint=dict(interval=2), logger=dict(interval=1), visualization=dict(draw=False)))
 
 
+def train_here(config: Path, work_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """tools/train.py in this process (run_tool_in_process): these tests read the status, output, log
+    and checkpoints of a short run, which need no process of their own."""
+    return run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, *args, cwd=cwd)
+
+
 def test_nan_loss_stops_with_iteration_and_loss_names(tmp_path, seg_data):
     work_dir = tmp_path / 'run'
-    proc = subprocess.run(train_cmd(nan_config(tmp_path, seg_data), work_dir), env=launch_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = train_here(nan_config(tmp_path, seg_data), work_dir, cwd=tmp_path)
     assert proc.returncode != 0
     assert 'non-finite loss at iteration 3: ' in proc.stderr and 'decode.loss_ce=nan' in proc.stderr
     assert 'Traceback' not in proc.stderr.split('error:')[-1]
@@ -37,9 +42,7 @@ def test_nan_loss_stops_with_iteration_and_loss_names(tmp_path, seg_data):
 
 def test_nan_loss_can_be_skipped_and_counted(tmp_path, seg_data):
     work_dir = tmp_path / 'run'
-    proc = subprocess.run(train_cmd(nan_config(tmp_path, seg_data, iterations=(3, 5)), work_dir,
-                                    '--skip-nonfinite'),
-                          env=launch_env(), capture_output=True, text=True, timeout=600)
+    proc = train_here(nan_config(tmp_path, seg_data, iterations=(3, 5)), work_dir, '--skip-nonfinite', cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = read_log(work_dir)
     assert 'non-finite loss at iteration 3 (decode.loss_ce=nan): batch skipped (1 so far)' in log
@@ -99,8 +102,7 @@ def test_resume_with_another_world_size_re_resolves_the_plan_and_layer_lrs(tmp_p
     assert {layer for layer, _ in first} == {0, 1, 2, 3, 4, 5}
     for layer, lr in first:
         assert lr == pytest.approx(1.5e-5 * 0.7 ** (5 - layer))
-    one = subprocess.run(train_cmd(config, work_dir, '--resume', '--scale-lr'), env=launch_env(),
-                         capture_output=True, text=True, timeout=600)
+    one = train_here(config, work_dir, '--resume', '--scale-lr', cwd=tmp_path)  # one process: this one
     assert one.returncode == 0, one.stderr[-3000:]
     log = one.stdout + one.stderr
     assert 'world size 1, 2 images per GPU, accumulation 1, effective batch 2' in log
@@ -116,14 +118,13 @@ def test_resume_with_another_world_size_re_resolves_the_plan_and_layer_lrs(tmp_p
         assert lr == pytest.approx(7.5e-6 * 0.7 ** (5 - layer))
 
 
-def test_resume_with_more_accumulation_keeps_the_optimizer_steps(seg_data, tiny_seg_run):
+def test_resume_with_more_accumulation_keeps_the_optimizer_steps(tmp_path, seg_data, tiny_seg_run):
     """Resumed at accumulation 2 after 2 iterations at accumulation 1 (4 of the 8 images; the session's
     trained run turned back to iteration 2), the run keeps its optimizer steps and continues at the fifth
     image: the samples trained, not the (recounted) iterations, say where."""
     config, work_dir = tiny_seg_run  # 4 iterations planned, each batch's images in samples.txt
     rewind(work_dir, 2)
-    again = subprocess.run(train_cmd(config, work_dir, '--resume', '--accumulation', '2'), env=launch_env(),
-                           capture_output=True, text=True, timeout=600)
+    again = train_here(config, work_dir, '--resume', '--accumulation', '2', cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     log = again.stdout + again.stderr
     assert 'Resuming under a new batch plan: world size 1 -> 1, accumulation 1 -> 2' in log

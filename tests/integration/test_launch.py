@@ -16,6 +16,7 @@ from helpers import (
     pause_hook,
     read_log,
     run,
+    run_together,
     run_tool_in_process,
     spawned,
     tiny_seg_config,
@@ -148,14 +149,15 @@ def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path
     they were. Each resume loads the images of its own iterations alone. The resumes do not read the
     pretrained file, gone by then."""
     config = random_run_config(tmp_path, seg_data)
-    whole_run = run(train_cmd(config, tmp_path / 'whole', '--cfg-options', 'train_dataloader.num_workers=2',
-                              'train_dataloader.persistent_workers=True'))
+    whole_run, killed = run_together(  # independent: the reference beside the run to be killed
+        dict(args=train_cmd(config, tmp_path / 'whole', '--cfg-options', 'train_dataloader.num_workers=2',
+                            'train_dataloader.persistent_workers=True')),
+        dict(args=train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2)))
     assert whole_run.returncode == 0, whole_run.stderr[-3000:]
     batches = (tmp_path / 'whole' / 'samples.txt').read_text().splitlines()
 
     def loaded_in(iterations: slice, loads):
         return sorted(loads.read_text().split()) == sorted(' '.join(batches[iterations]).split())
-    killed = run(train_cmd(config, tmp_path / 'cut'), env=launch_env(XCIT_TEST_SIGKILL_AT=2))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / 'cut').glob('*.pth')) == ['iter_2.pth']
     (tmp_path / 'pretrained.pth').unlink()
@@ -178,24 +180,31 @@ def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path
         torch.testing.assert_close(cut[key], whole[key], rtol=0, atol=1e-6, msg=key)
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1])
-def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data, signum):
+def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data):
     """Signalled while it waits after iteration 3 (PauseAfterIterHook: no timing decides when), the run
     saves iter_3.pth at that boundary, before it loads another batch, and stops with 128 + the signal's
-    number."""
-    pause = pause_hook(tmp_path, after_iter=3)
-    config = hooked_config(tmp_path, seg_data, max_iters=6, interval=6, hooks=[pause])
-    work_dir = tmp_path / 'run'
-    with spawned(train_cmd(config, work_dir), env=launch_env(), stdout=subprocess.PIPE,
-                 stderr=subprocess.STDOUT, text=True) as proc:
-        wait_for(Path(pause['ready']), proc)
-        proc.send_signal(signum)
-        Path(pause['go']).touch()  # after the signal: the run meets it before its next iteration
-        out = proc.communicate(timeout=600)[0]
-    assert proc.returncode == 128 + signum, out[-2000:]
-    assert sorted(p.name for p in work_dir.glob('iter_*.pth')) == ['iter_3.pth']
-    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_3.pth')
-    assert f'{signal.Signals(signum).name} received: saving a checkpoint' in out
+    number: SIGTERM and SIGUSR1, one run each, launched side by side."""
+    runs = {}
+    with contextlib.ExitStack() as stack:
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            folder = tmp_path / signal.Signals(signum).name
+            folder.mkdir()
+            pause = pause_hook(folder, after_iter=3)
+            config = hooked_config(folder, seg_data, max_iters=6, interval=6, hooks=[pause])
+            proc = stack.enter_context(spawned(train_cmd(config, folder / 'run'), env=launch_env(),
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            runs[signum] = proc, pause, folder / 'run'
+        for signum, (proc, pause, _) in runs.items():
+            wait_for(Path(pause['ready']), proc)
+            proc.send_signal(signum)
+            Path(pause['go']).touch()  # after the signal: the run meets it before its next iteration
+        outputs = {signum: proc.communicate(timeout=600)[0] for signum, (proc, _, _) in runs.items()}
+    for signum, (proc, _, work_dir) in runs.items():
+        out = outputs[signum]
+        assert proc.returncode == 128 + signum, out[-2000:]
+        assert sorted(p.name for p in work_dir.glob('iter_*.pth')) == ['iter_3.pth']
+        assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_3.pth')
+        assert f'{signal.Signals(signum).name} received: saving a checkpoint' in out
 
 
 def test_resume_from_another_model_is_refused(tmp_path, seg_data):

@@ -7,7 +7,18 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT, SGD, free_port, hooked_config, launch_env, read_log, run, tiny_seg_config, train_cmd
+from helpers import (
+    ROOT,
+    SGD,
+    free_port,
+    hooked_config,
+    launch_env,
+    read_log,
+    run,
+    run_together,
+    tiny_seg_config,
+    train_cmd,
+)
 from mmengine.config import Config
 
 from xcit_dense.datasets.synthetic import write_coco_set
@@ -121,13 +132,14 @@ def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     ends with the weights of the uninterrupted run (no workers: each image augmented alike); extended
     to 3 epochs, a bare --resume would continue from epoch_2.pth, the newest by contents (not iter_3.pth)."""
     config = preempted_detector_config(tmp_path)
-    whole = run(train_cmd(config, tmp_path / 'whole'))
-    assert whole.returncode == 0, whole.stderr[-3000:]
     user = tmp_path / 'user'
     user.mkdir()
     train = [sys.executable, str(ROOT / 'tools/train.py'), str(config)]  # work_dirs/tiny_mask_rcnn
     work_dir = user / 'work_dirs' / 'tiny_mask_rcnn'
-    cut = run(train, cwd=user, env=launch_env(XCIT_TEST_SIGTERM_AT=3))
+    whole, cut = run_together(  # independent: the uninterrupted run beside the one to be stopped
+        dict(args=train_cmd(config, tmp_path / 'whole')),
+        dict(args=train, cwd=user, env=launch_env(XCIT_TEST_SIGTERM_AT=3)))
+    assert whole.returncode == 0, whole.stderr[-3000:]
     assert cut.returncode == 128 + signal.SIGTERM, cut.stderr[-3000:]
     assert sorted(p.name for p in work_dir.glob('*.pth')) == ['epoch_1.pth', 'iter_3.pth']
     loads = tmp_path / 'loads.txt'

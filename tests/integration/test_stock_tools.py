@@ -3,18 +3,20 @@ inherits this toolkit's demo configs, and their checkpoints load in the stock in
 
 Training and resuming run in this process (as `python TOOL ARGS` would, saving two interpreter
 starts); the test tool runs in a fresh interpreter, where only the config's custom_imports can have
-allowed MMEngine's types for torch's weights_only loading.
+allowed MMEngine's types for torch's weights_only loading, beside the stock inferencer in this process.
 """
+import contextlib
 import os
 import runpy
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import mmdet
 import mmseg
 import pytest
-from helpers import ROOT, hide_payload, own_runner_instances
+from helpers import ROOT, hide_payload, own_runner_instances, signal_handlers_kept, spawned
 
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 from xcit_dense.io.checkpoint import CheckpointError
@@ -28,17 +30,24 @@ def stock_tool(package, name: str) -> str:
 
 def run_here(tool: str, *args, cwd: Path) -> None:
     """Run a stock tool in this process, from a user's folder (not this repository)."""
-    with pytest.MonkeyPatch.context() as patch, own_runner_instances():
+    with pytest.MonkeyPatch.context() as patch, own_runner_instances(), signal_handlers_kept():
         patch.chdir(cwd)
         patch.setattr(sys, 'argv', [tool, *map(str, args)])
         runpy.run_path(tool, run_name='__main__')
 
 
-def run(*args, cwd: Path) -> str:
-    """Run a stock tool in a fresh interpreter, from a user's folder; returns its output."""
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr
+@contextlib.contextmanager
+def started(*args, cwd: Path) -> Iterator[Callable[[], str]]:
+    """Start a stock tool in a fresh interpreter, from a user's folder, and go on beside it (its
+    interpreter imports the stack while this process infers); the function given waits for it and
+    returns its output. The process is killed at the end of the block if still running."""
+    with spawned([sys.executable, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 text=True) as proc:
+        def output() -> str:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, out[-3000:] + err[-3000:]
+            return out + err
+        yield output
 
 
 def read_logs(work: Path) -> str:
@@ -75,20 +84,20 @@ def test_mmdet_tools_train_resume_test_and_infer(tmp_path):
              '--cfg-options', 'train_cfg.max_epochs=2', cwd=tmp_path)
     log = read_logs(work)
     assert 'resumed epoch: 1, iter: 1' in log and 'Epoch(train) [2][1/1]' in log
-    test = run(stock_tool(mmdet, 'test'), config, work / 'epoch_2.pth', '--work-dir', tmp_path / 'test',
-               cwd=tmp_path)
+    with started(stock_tool(mmdet, 'test'), config, work / 'epoch_2.pth', '--work-dir', tmp_path / 'test',
+                 cwd=tmp_path) as test_output:
+        from mmdet.apis import DetInferencer
+        inferencer = DetInferencer(model=str(config), weights=str(work / 'epoch_2.pth'), device='cpu')
+        image = str(data / 'val/val_00000.jpg')
+        prediction = inferencer(image, return_datasamples=True)['predictions'][0]
+        assert prediction.pred_instances.bboxes.shape[1] == 4
+        # the same trained file with code hidden in its meta: the stock inferencer refuses it
+        evil = hide_payload(work / 'epoch_2.pth', tmp_path / 'pwned', tmp_path / 'evil.pth')
+        with pytest.raises(CheckpointError, match=r'evil\.pth: refused.*could run code'):
+            DetInferencer(model=str(config), weights=str(evil), device='cpu')
+        assert not (tmp_path / 'pwned').exists()
+        test = test_output()
     assert 'coco/bbox_mAP' in test and 'coco/segm_mAP' in test
-
-    from mmdet.apis import DetInferencer
-    inferencer = DetInferencer(model=str(config), weights=str(work / 'epoch_2.pth'), device='cpu')
-    image = str(data / 'val/val_00000.jpg')
-    prediction = inferencer(image, return_datasamples=True)['predictions'][0]
-    assert prediction.pred_instances.bboxes.shape[1] == 4
-    # the same trained file with code hidden in its meta: the stock inferencer refuses it
-    evil = hide_payload(work / 'epoch_2.pth', tmp_path / 'pwned', tmp_path / 'evil.pth')
-    with pytest.raises(CheckpointError, match=r'evil\.pth: refused.*could run code'):
-        DetInferencer(model=str(config), weights=str(evil), device='cpu')
-    assert not (tmp_path / 'pwned').exists()
 
 
 def test_mmseg_tools_train_resume_test_and_infer(tmp_path):
@@ -108,11 +117,11 @@ def test_mmseg_tools_train_resume_test_and_infer(tmp_path):
              '--cfg-options', 'train_cfg.max_iters=2', cwd=tmp_path)
     log = read_logs(work)
     assert 'resumed epoch: 0, iter: 1' in log and 'Iter(train) [2/2]' in log
-    test = run(stock_tool(mmseg, 'test'), config, work / 'iter_2.pth', '--work-dir', tmp_path / 'test',
-               cwd=tmp_path)
+    with started(stock_tool(mmseg, 'test'), config, work / 'iter_2.pth', '--work-dir', tmp_path / 'test',
+                 cwd=tmp_path) as test_output:
+        from mmseg.apis import MMSegInferencer
+        inferencer = MMSegInferencer(model=str(config), weights=str(work / 'iter_2.pth'), device='cpu')
+        result = inferencer(str(data / 'images/validation/validation_00000.jpg'), return_datasamples=True)
+        assert tuple(result.pred_sem_seg.data.shape[-2:]) == (64, 64)
+        test = test_output()
     assert 'mIoU' in test
-
-    from mmseg.apis import MMSegInferencer
-    inferencer = MMSegInferencer(model=str(config), weights=str(work / 'iter_2.pth'), device='cpu')
-    result = inferencer(str(data / 'images/validation/validation_00000.jpg'), return_datasamples=True)
-    assert tuple(result.pred_sem_seg.data.shape[-2:]) == (64, 64)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, tiny_seg_config
+from helpers import ROOT, run_tool_in_process, tiny_seg_config
 from mmengine.config import Config
 
 from xcit_dense.datasets.synthetic import make_scene, write_coco_set
@@ -71,7 +71,7 @@ def seg_run(tmp_path_factory, seg_data):
 
 @pytest.fixture(scope='module')
 def det_run(tmp_path_factory):
-    """The Mask R-CNN demo config trained for one iteration on two 64x64 images."""
+    """The Mask R-CNN demo config trained by tools/train.py for one iteration on two 64x64 images."""
     tmp = tmp_path_factory.mktemp('det_run')
     write_coco_set(tmp, 'train', 2, size=(64, 64), seed=0)
     write_coco_set(tmp, 'val', 1, size=(64, 64), seed=1)
@@ -89,7 +89,9 @@ def det_run(tmp_path_factory):
         f"default_hooks = dict(checkpoint=dict(interval=1, by_epoch=False))\n"
         # every scored box kept: a model trained one iteration predicts nothing above the usual 0.05
         f"model = dict(test_cfg=dict(rcnn=dict(score_thr=0.0)))\n")
-    run_python(str(ROOT / 'tools/train.py'), str(config), '--work-dir', str(tmp / 'work'))
+    # in this process: the model's imports are the test's, not the subject (that is seg_run's)
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp / 'work', cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return config, tmp / 'work/iter_1.pth'
 
 

@@ -1,17 +1,17 @@
 """Command-line tools: parameter counts, checkpoint conversion and the smoke run, as users run them."""
-import sys
-
 import torch
-from helpers import ROOT, randomize_, run
+from helpers import ROOT, randomize_, run_tool_in_process
 
 from xcit_dense.models.presets import PRESETS
 from xcit_dense.models.xcit import XCiT
 
 
-def run_tool(*args, check=True):
-    proc = run([sys.executable, *map(str, args)], cwd=ROOT, timeout=900)
+def run_tool(tool, *args, check=True):
+    """The tool as users run it (``python TOOL ARGS`` from the repository), in this process: none of
+    these needs a process of its own, and an interpreter start costs 6-10 s."""
+    proc = run_tool_in_process(tool, *args, cwd=ROOT)
     if check and proc.returncode != 0:
-        raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+        raise AssertionError(f'{tool} {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
     return proc
 
 

@@ -2,13 +2,17 @@
 import sys
 
 import torch
-from helpers import ROOT, run, run_tool_in_process, tiny_seg_config
+from helpers import ROOT, run_together, run_tool_in_process, tiny_seg_config
 
 
-def train(config, work_dir, *args):
-    proc = run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir), *args], cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr
+def train(config, *runs):
+    """tools/train.py launched once per (work dir, arguments), all at once (the runs are independent);
+    each run's output."""
+    procs = run_together(*(dict(args=[sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir),
+                                      *args], cwd=ROOT) for work_dir, *args in runs))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [proc.stdout + proc.stderr for proc in procs]
 
 
 def final_weights(work_dir):
@@ -24,8 +28,10 @@ def test_accumulation_matches_a_bigger_batch_and_lr_scaling_and_amp_fall_back(tm
     sgd = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05, momentum=0.9, weight_decay=0.0))
     config = tiny_seg_config(tmp_path, seg_data, optim_wrapper=sgd)
     scaled = ('--scale-lr', '--amp', 'bf16')
-    log_big = train(config, tmp_path / 'big', *scaled, '--cfg-options', 'train_dataloader.batch_size=4')
-    log_acc = train(config, tmp_path / 'acc', *scaled, '--accumulation', '2')
+    # the check can fail: 4 steps of batch 2 without accumulation (at the LR scaled for batch 4) end elsewhere
+    log_big, log_acc, _ = train(config, (tmp_path / 'big', *scaled, '--cfg-options', 'train_dataloader.batch_size=4'),
+                                (tmp_path / 'acc', *scaled, '--accumulation', '2'),
+                                (tmp_path / 'small', '--cfg-options', 'optim_wrapper.optimizer.lr=0.0125'))
     assert 'world size 1, 4 images per GPU, accumulation 1, effective batch 4' in log_big
     assert 'world size 1, 2 images per GPU, accumulation 2, effective batch 4' in log_acc
     for log in (log_big, log_acc):  # 0.05 x effective batch 4 / the recipe's reference batch 16
@@ -36,8 +42,6 @@ def test_accumulation_matches_a_bigger_batch_and_lr_scaling_and_amp_fall_back(tm
     big, acc = final_weights(tmp_path / 'big'), final_weights(tmp_path / 'acc')
     for key, value in big.items():
         torch.testing.assert_close(acc[key], value, rtol=1e-4, atol=1e-6, msg=key)
-    # the check can fail: 4 steps of batch 2 without accumulation (at the LR scaled for batch 4) end elsewhere
-    train(config, tmp_path / 'small', '--cfg-options', 'optim_wrapper.optimizer.lr=0.0125')
     small = final_weights(tmp_path / 'small')
     assert max((small[k] - big[k]).abs().max().item() for k in big) > 1e-3
 
@@ -45,9 +49,8 @@ def test_accumulation_matches_a_bigger_batch_and_lr_scaling_and_amp_fall_back(tm
 def test_train_then_test_with_outputs(tmp_path, tiny_seg_run):
     config, work_dir = tiny_seg_run  # trained once for the session by tools/train.py
     checkpoint = work_dir / 'iter_4.pth'
-    proc = run([sys.executable, 'tools/test.py', str(config), str(checkpoint),
-                '--work-dir', str(tmp_path / 'eval'), '--out', str(tmp_path / 'preds.pkl'),
-                '--show-dir', str(tmp_path / 'show')], cwd=ROOT)
+    proc = run_tool_in_process('tools/test.py', config, checkpoint, '--work-dir', tmp_path / 'eval',
+                               '--out', tmp_path / 'preds.pkl', '--show-dir', tmp_path / 'show', cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'mIoU' in proc.stdout + proc.stderr
     assert (tmp_path / 'preds.pkl').stat().st_size > 0

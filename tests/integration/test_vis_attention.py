@@ -1,13 +1,11 @@
 """Attention maps: XCA maps and value channels of the right shapes and layout, class attention, the tool's files."""
-import subprocess
-import sys
 
 import mmcv
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ROOT, randomize_
+from helpers import ROOT, randomize_, run_tool_in_process
 from timm.models.xcit import Xcit
 
 from xcit_dense.analysis.attention import class_attention_maps, classifier_from_state, xca_maps
@@ -64,8 +62,8 @@ def test_classifier_loads_the_authors_layout_and_gives_class_attention():
 
 
 def run_tool(*args) -> str:
-    proc = subprocess.run([sys.executable, 'tools/vis_attention.py', *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True)
+    """tools/vis_attention.py as users run it, in this process (no process of its own needed)."""
+    proc = run_tool_in_process('tools/vis_attention.py', *args, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 

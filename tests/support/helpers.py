@@ -1,5 +1,6 @@
 """What the tests share: paths, tiny configs, subprocesses that never outlive a test, free ports,
 capability checks and a repository-cleanliness snapshot. Test files import this, never each other."""
+import concurrent.futures
 import contextlib
 import io
 import logging
@@ -263,13 +264,29 @@ def own_runner_instances() -> Iterator[None]:
                         instance.removeHandler(handler)
 
 
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back the handlers of SIGTERM, SIGUSR1 and SIGINT that a run in this process replaced
+    (PreemptionHook's): the session's own SIGTERM handling (conftest.py) must survive it."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
-    """A tool of tools/ that stops before it trains (a refusal, bad input), run in this process: an
-    interpreter start with the stack's imports takes 6-10 s. Its exit status, and on
-    stderr what it wrote there followed by its exit message or traceback."""
-    stderr = io.StringIO()
+    """A tool of tools/ run in this process, as ``python TOOL ARGS`` would run it: an interpreter start
+    with the stack's imports takes 6-10 s. For what needs no process of its own: a refusal, bad input,
+    or a short training whose outcome is read from its status, output, log and work dir (not one whose
+    weights are compared with a launched run's: thread counts differ). Its exit status, what it wrote
+    on stdout (the log included), and on stderr what it wrote there followed by its exit message or
+    traceback. The signal handlers a run installs (PreemptionHook's) are put back (signal_handlers_kept)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
     code = 0
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr), own_runner_instances():
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr), own_runner_instances(), signal_handlers_kept():
         patch.chdir(cwd)
         patch.setattr(sys, 'argv', [str(ROOT / tool), *map(str, args)])
         try:
@@ -281,7 +298,23 @@ def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.Compl
         except Exception:  # as the interpreter would: the traceback, status 1
             stderr.write(traceback.format_exc())
             code = 1
-    return subprocess.CompletedProcess([tool, *map(str, args)], code or 0, '', stderr.getvalue())
+    return subprocess.CompletedProcess([tool, *map(str, args)], code or 0, stdout.getvalue(), stderr.getvalue())
+
+
+def run_together(*launches: Dict[str, object], timeout: float = 600) -> List[subprocess.CompletedProcess]:
+    """Independent launches (a reference run beside the first run of a chain), each given as Popen's
+    keyword arguments (``args``, ``env``, ``cwd``), started at once and waited for: on 2 cores one
+    interpreter imports the stack while the other does. Their pipes are read at once (one thread
+    each), so that none waits on a full pipe. As with ``run``, each process group is killed at the
+    end, also on a timeout or a failure."""
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(spawned(
+            launch['args'], **{'env': launch_env(), **{k: v for k, v in launch.items() if k != 'args'}},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for launch in launches]
+        with concurrent.futures.ThreadPoolExecutor(len(procs)) as pool:
+            outputs = list(pool.map(lambda proc: proc.communicate(timeout=timeout), procs))
+    return [subprocess.CompletedProcess(list(launch['args']), proc.returncode, out, err)
+            for launch, proc, (out, err) in zip(launches, procs, outputs)]
 
 
 def free_ports(count: int, exclude: Iterable[int] = ()) -> List[int]:

@@ -1,6 +1,6 @@
 """LR scaling and gradient accumulation: the resolved plan for a table of cases, no processes."""
 import pytest
-from helpers import ROOT
+from helpers import ROOT, run_tool_in_process
 from mmengine.config import Config
 
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
@@ -108,16 +108,13 @@ def test_wrong_key_or_type_fails_at_load_naming_it(options, message):
 
 
 def test_train_tool_reports_a_bad_config_without_a_traceback(tmp_path):
-    import subprocess
-    import sys
-    proc = subprocess.run([sys.executable, 'tools/train.py', SEG, '--work-dir', str(tmp_path),
-                           '--cfg-options', 'model.backbone.patch_szie=16'],
-                          cwd=ROOT, capture_output=True, text=True)
+    # refused before a Runner is built: the tool runs in this process, from the repository
+    proc = run_tool_in_process('tools/train.py', SEG, '--work-dir', tmp_path, '--cfg-options',
+                               'model.backbone.patch_szie=16', cwd=ROOT)
     assert proc.returncode != 0
     assert 'model.backbone.patch_szie: XCiT has no such argument' in proc.stderr
     assert 'Traceback' not in proc.stderr
-    proc = subprocess.run([sys.executable, 'tools/train.py', 'configs/xcit/nope.py'],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run_tool_in_process('tools/train.py', 'configs/xcit/nope.py', cwd=ROOT)
     assert proc.returncode != 0 and 'config file not found: configs/xcit/nope.py' in proc.stderr
 
 

@@ -222,7 +222,8 @@ class SignalFromRetries(BaseTransform):
     """Pass the first ``good`` samples, fail every later one; at the ``signal_at``-th failure, that is
     inside SkipBadSamples' retry loop, send SIGTERM to the training process (this one, or the parent
     of a DataLoader worker, once ``wait_for`` exists: the main process then waits for this batch) and
-    write the time to ``signal_sent``."""
+    create ``signal_sent``; every later failure of this process appends a line to it (the tries made
+    after the signal)."""
 
     def __init__(self, good: int, signal_at: int, signal_sent: str, wait_for: Optional[str] = None) -> None:
         self.good, self.signal_at, self.signal_sent, self.wait_for = good, signal_at, signal_sent, wait_for
@@ -236,9 +237,11 @@ class SignalFromRetries(BaseTransform):
             in_worker = torch.utils.data.get_worker_info() is not None
             while self.wait_for and not os.path.exists(self.wait_for):
                 time.sleep(0.05)  # a condition, not a duration: the main process finished the iteration
-            with open(self.signal_sent, 'w') as f:
-                f.write(repr(time.time()))
+            open(self.signal_sent, 'w').close()
             os.kill(os.getppid() if in_worker else os.getpid(), signal.SIGTERM)
+        elif self.calls - self.good > self.signal_at:
+            with open(self.signal_sent, 'a') as f:
+                f.write('try after the signal\n')
         raise ValueError('a bad sample')
 
 

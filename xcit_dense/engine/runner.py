@@ -6,13 +6,13 @@ MMEngine's header prints the config's ``dist_cfg`` (NCCL in the recipes) and the
 (``runner_type``), so mmdet's and mmseg's own tools use it too.
 """
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
 from mmengine.model import is_model_wrapper
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
+from mmengine.registry import LOOPS, RUNNERS
+from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import _load_checkpoint_to_model
 from mmengine.utils.dl_utils import collect_env
 
@@ -20,6 +20,22 @@ from xcit_launch.known_warnings import KnownLogMessages
 
 from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
+from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
+
+# MMEngine's training loops, and the toolkit's that resume at the data position in their place
+TOOLKIT_LOOPS = {EpochBasedTrainLoop: ResumableEpochBasedTrainLoop, IterBasedTrainLoop: ResumableIterBasedTrainLoop}
+
+
+def as_toolkit_loop(loop: dict) -> dict:
+    """A training loop's config, MMEngine's loops (by ``type`` or ``by_epoch``) named as the toolkit's."""
+    loop = dict(loop)
+    if 'type' not in loop and 'by_epoch' in loop:
+        loop['type'] = EpochBasedTrainLoop if loop.pop('by_epoch') else IterBasedTrainLoop
+    kind = loop.get('type')
+    kind = LOOPS.get(kind) if isinstance(kind, str) else kind
+    if kind in TOOLKIT_LOOPS:
+        loop['type'] = TOOLKIT_LOOPS[kind]
+    return loop
 
 
 def describe_devices(world_size: int) -> str:
@@ -46,6 +62,11 @@ class ToolkitRunner(Runner):
         if compile_backbone:
             compile_forward(built.backbone)
         return built
+
+    def build_train_loop(self, loop: Union[BaseLoop, dict]) -> BaseLoop:
+        """MMEngine's ``build_train_loop``, its epoch and iteration loops built as the toolkit's
+        (engine/loops.py: a resume continues at the data position)."""
+        return super().build_train_loop(as_toolkit_loop(loop) if isinstance(loop, dict) else loop)
 
     def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
         """Give the Runner the contents of ``filename``, already read (engine/resume.py reads a

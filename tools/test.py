@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from xcit_launch.entry_point import prepare_process
 
@@ -85,16 +85,18 @@ def main() -> None:
         if args.tta:
             use_tta(cfg)
         args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
-        read_checkpoint(args.checkpoint)
+        loaded = [read_checkpoint(args.checkpoint)]  # read once; evaluate takes it out (none kept here)
     except (ValueError, CheckpointError) as exc:
         exit_once_per_node(f'error: {exc}')
     cfg.launcher = args.launcher
     with process_group(args.launcher) as backend:
-        evaluate(cfg, args, backend)
+        evaluate(cfg, args, backend, loaded)
 
 
-def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
-    """Build the Runner and test; the Runner is garbage once this returns."""
+def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str], holder: List[dict]) -> None:
+    """Build the Runner and test on the checkpoint's contents, taken out of ``holder`` (dropped once the
+    Runner has loaded them); the Runner is garbage once this returns."""
+    loaded = holder.pop()
     adapt_to_machine(cfg)
     configure_outputs(cfg, args.out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
@@ -104,7 +106,6 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     cfg.model.get('module', cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight (--tta: inside)
     runner = RUNNERS.build(cfg)
     try:
-        loaded = read_checkpoint(args.checkpoint)  # once: for the checks below and the Runner's load
         check_matches_model(runner.model, args.checkpoint, loaded)
     except CheckpointError as exc:
         sys.exit(f'error: {exc}')

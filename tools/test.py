@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from xcit_launch.entry_point import prepare_process
 
@@ -92,20 +92,22 @@ def main() -> None:
             if args.tta:
                 use_tta(cfg)
             args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
-            read_checkpoint(args.checkpoint)
+            loaded = [read_checkpoint(args.checkpoint)]  # read once; evaluate takes it out (none kept here)
         except (ValueError, CheckpointError) as exc:
             defer_to_node_leader()
             sys.exit(f'error: {exc}')
         cfg.launcher = args.launcher
         with process_group(args.launcher) as backend:
-            evaluate(cfg, args, backend)
+            evaluate(cfg, args, backend, loaded)
     except ToolkitError as exc:
         sys.exit(f'error: {exc}')
 
 
-def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
-    """Build the Runner and test; the Runner is garbage once this returns. Raises ToolkitError
-    (inside the process group: no exit here, see ``main``)."""
+def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str], holder: List[dict]) -> None:
+    """Build the Runner and test on the checkpoint's contents, taken out of ``holder`` (dropped once the
+    Runner has loaded them); the Runner is garbage once this returns. Raises ToolkitError (inside the
+    process group: no exit here, see ``main``)."""
+    loaded = holder.pop()
     adapt_to_machine(cfg)
     configure_outputs(cfg, args.out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
@@ -115,7 +117,6 @@ def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> N
     cfg.model.get('module', cfg.model).backbone.init_cfg = None  # the checkpoint holds every weight (--tta: inside)
     runner = RUNNERS.build(cfg)
     try:
-        loaded = read_checkpoint(args.checkpoint)  # once: for the checks below and the Runner's load
         check_matches_model(runner.model, args.checkpoint, loaded)
         weights = select_weights(loaded, args.raw_weights, args.checkpoint)
     except (CheckpointError, ValueError) as exc:

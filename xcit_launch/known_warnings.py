@@ -29,6 +29,9 @@ KNOWN_LOG_MESSAGES = (
     # MMEngine's, which they then use, is the right one
     'Failed to search registry with scope "mmdet" in the "function" registry tree',
     'Failed to search registry with scope "mmseg" in the "function" registry tree',
+    # MMEngine's iteration loop announcing its resume skip, which the toolkit's loop answers without
+    # loading a batch (engine/loops.py logs where the data continues)
+    'Advance dataloader ',
 )
 
 

@@ -10,6 +10,7 @@ import torch
 from helpers import (
     ROOT,
     SGD,
+    find_resumable_checkpoint,
     free_port,
     hooked_config,
     launch_env,
@@ -22,8 +23,9 @@ from helpers import (
 from mmengine.config import Config
 
 from xcit_dense.datasets.synthetic import write_coco_set
-from xcit_dense.engine import resume
-from xcit_dense.engine.resume import Restart, Resume
+from xcit_dense.engine import restart
+from xcit_dense.engine.restart import Restart
+from xcit_dense.engine.resume import Resume
 
 # tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when memory-mapped,
 # its tensors' data not read) in $READS at exit
@@ -76,7 +78,7 @@ def work_dir(tmp_path):
     # a restarted group continues from the newest of its work dir, even when a path was given
     (None, 1, 'run/iter_4.pth'), ('other.pth', 1, 'run/iter_4.pth')])
 def test_what_a_run_resumes_from(work_dir, monkeypatch, asked, restarted, chosen):
-    monkeypatch.setattr(resume, '_restart', Restart(restarted, 'elastic restart' if restarted else ''))
+    monkeypatch.setattr(restart, '_restart', Restart(restarted, 'elastic restart' if restarted else ''))
     root = work_dir.parent
     point = Resume.choose(str(work_dir), asked if asked in (None, 'auto') else str(root / asked))
     assert point.path == (chosen and str(root / chosen))
@@ -88,7 +90,7 @@ def test_what_a_run_resumes_from(work_dir, monkeypatch, asked, restarted, chosen
 
 
 def test_a_restarted_group_without_a_checkpoint_starts_from_the_beginning(tmp_path, monkeypatch):
-    monkeypatch.setattr(resume, '_restart', Restart(1, 'Slurm requeue'))
+    monkeypatch.setattr(restart, '_restart', Restart(1, 'Slurm requeue'))
     point = Resume.choose(str(tmp_path / 'run'), None)
     assert point.path is None
     assert point.describe(str(tmp_path / 'run')) == [
@@ -158,7 +160,7 @@ def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     # extended to 3 epochs, a bare --resume continues from epoch_2.pth (written last, the furthest by
     # contents), found from the relative work dir: not iter_3.pth, the larger number in a name
     monkeypatch.chdir(user)
-    assert resume.find_resumable_checkpoint('work_dirs/tiny_mask_rcnn') == str(work_dir / 'epoch_2.pth')
+    assert find_resumable_checkpoint('work_dirs/tiny_mask_rcnn') == str(work_dir / 'epoch_2.pth')
 
 def restart_config(folder, seg_data, hooks):
     """The tiny config under plain SGD (a wrong resume shows in the weights), 4 iterations, checkpoints

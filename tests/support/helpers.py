@@ -130,6 +130,13 @@ def rewind(work_dir: Path, iteration: int) -> Path:
     return checkpoint
 
 
+
+def find_resumable_checkpoint(work_dir) -> Optional[str]:
+    """The checkpoint a bare ``--resume`` on ``work_dir`` continues from (None: the work dir holds none)."""
+    from xcit_dense.engine.resume import read_resumable_checkpoint
+    found = read_resumable_checkpoint(str(work_dir))
+    return found[0] if found else None
+
 def pause_hook(tmp_path: Path, after_iter: int) -> dict:
     """A PauseAfterIterHook (tests/support/launch_hooks.py) with its files in tmp_path: the run creates
     ``ready`` after ``after_iter`` and goes on once the test creates ``go``."""

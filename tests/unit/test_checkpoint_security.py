@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from checkpoint_attacks import Reduce, key_of, zip_of
-from helpers import SUPPORT, GetattrExploit, free_port, hide_payload
+from helpers import SUPPORT, GetattrExploit, find_resumable_checkpoint, free_port, hide_payload
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
@@ -362,11 +362,11 @@ def test_a_resume_skips_damaged_checkpoints_naming_each(tmp_path, monkeypatch):
     save_checkpoint({'state_dict': {}, 'meta': {'iter': 8, 'data_position': {'samples': 3}}},
                     str(tmp_path / 'iter_8.pth'))
     zip_of(tmp_path / 'iter_9.pth', key_of(pickle.EMPTY_TUPLE + pickle.TUPLE1 * 1000))
-    assert resume.find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')
+    assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')
     for name, reason in (('iter_7', "iter is '7'"), ('iter_8', 'not a dict of epoch and samples'),
                          ('iter_9', 'nested more than 64 deep')):
         assert any(f'{name}.pth' in line and reason in line for line in logged), (name, logged)
     (tmp_path / 'iter_1.pth').write_bytes(b'PK\x03\x04 truncated')
     with pytest.raises(CheckpointError, match='no checkpoint in .* can be loaded') as error:
-        resume.find_resumable_checkpoint(str(tmp_path))
+        find_resumable_checkpoint(str(tmp_path))
     assert all(f'iter_{n}.pth' in str(error.value) for n in (1, 7, 8, 9)), error.value

@@ -34,7 +34,7 @@ from xcit_launch import netif
 from ..errors import Preempted, RankSetupError, ToolkitError
 from . import collectives, compile_bound
 from .cuda_ops import check_cuda_ops
-from .resume import agree_on_restart
+from .restart import agree_on_restart
 from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, WaitBounds, nccl_environment, wait_bounds
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')

@@ -1,11 +1,11 @@
-"""Resuming a training run: which checkpoint it continues from, read once, and whether its group restarted.
+"""Resuming a training run: which checkpoint it continues from, read once.
 
 A run continues from a checkpoint when ``--resume`` asks for it (without a path: the newest checkpoint
 of the work dir that loads, by the progress its meta records; rank 0 chooses for all ranks), or by
 itself when its process group was started again after a failure (torchrun ``--max-restarts``, a
-requeued Slurm job). The chosen file is read whole once (the others' meta alone): the seed, the check
-against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the hooks that keep
-state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
+requeued Slurm job: engine/restart.py). The chosen file is read whole once (the others' meta alone):
+the seed, the check against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the
+hooks that keep state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
 pointer MMEngine's own ``resume=True`` follows, is written here too.
 """
 import glob
@@ -13,7 +13,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch.distributed as dist
 from mmengine.config import Config
@@ -24,42 +24,9 @@ from ..io.checkpoint import AtomicLocalBackend, CheckpointError, read_meta
 from ..io.weights import check_matches_model, read_checkpoint
 from . import collectives
 from .data_position import progress_of
+from .restart import Restart, restart
 
-__all__ = ['Restart', 'Resume', 'agree_on_restart', 'find_resumable_checkpoint', 'read_resumable_checkpoint',
-           'restart', 'seed_from_checkpoint', 'write_pointer']
-
-
-class Restart(NamedTuple):
-    """How many times a group was started again after a failure (0 for a fresh run), and by what."""
-
-    count: int
-    by: str  # 'elastic restart' (torchrun --max-restarts), 'Slurm requeue' (sbatch --requeue) or ''
-
-
-_restart = Restart(0, '')  # this process's group, agreed on when the group forms
-
-
-def agree_on_restart() -> Restart:
-    """Learn whether this group is a restarted one (a collective: every rank calls it once the group
-    has formed; ``init_distributed`` does).
-
-    Slurm's SLURM_RESTART_COUNT is the same on every task. Under torchrun only the agent whose worker
-    failed counts a restart (TORCHELASTIC_RESTART_COUNT); the agents that merely followed it into a new
-    rendezvous keep their count, so the highest count of all ranks says it for the whole group."""
-    global _restart
-    requeues = int(os.environ.get('SLURM_RESTART_COUNT') or 0)
-    if requeues:
-        _restart = Restart(requeues, 'Slurm requeue')
-    if int(os.environ.get('TORCHELASTIC_MAX_RESTARTS') or 0) > 0:
-        counts = collectives.gather_objects(int(os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0))
-        if max(counts):
-            _restart = Restart(max(counts), 'elastic restart')
-    return _restart
-
-
-def restart() -> Restart:
-    """This process's group's restart count, as ``agree_on_restart`` found it ((0, '') before)."""
-    return _restart
+__all__ = ['Resume', 'read_resumable_checkpoint', 'seed_from_checkpoint', 'write_pointer']
 
 
 def write_pointer(work_dir: str, checkpoint: str) -> None:
@@ -140,12 +107,6 @@ def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
     if path is None:
         return None
     return found or (path, read_checkpoint(path))
-
-
-def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
-    """The path of :func:`read_resumable_checkpoint`'s choice (None: no checkpoint at all)."""
-    found = read_resumable_checkpoint(work_dir)
-    return found[0] if found else None
 
 
 def seed_from_checkpoint(cfg: Config, checkpoint: dict) -> None:

@@ -1,25 +1,43 @@
-"""MMEngine's Runner with an environment header that states the process group and devices in use,
-and that resumes from a checkpoint already read.
+"""MMEngine's Runner with the toolkit's training loops, an environment header that states the process
+group and devices in use, and a resume from a checkpoint already read.
 
 MMEngine's header prints the config's ``dist_cfg`` (NCCL in the recipes) and the world size as
-"GPU number", also for gloo on CPU processes. The runtime configs name this runner
-(``runner_type``), so mmdet's and mmseg's own tools use it too.
+"GPU number", also for gloo on CPU processes; the toolkit's runtime lines take their place (a filter
+on the Runner's logger). The runtime configs name this runner (``runner_type``), so mmdet's and
+mmseg's own tools use it too.
 """
+import inspect
+import logging
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
-from mmengine.model import is_model_wrapper
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
-from mmengine.runner.checkpoint import _load_checkpoint_to_model
-from mmengine.utils.dl_utils import collect_env
+from mmengine.logging import MMLogger
+from mmengine.registry import LOOPS, RUNNERS
+from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from xcit_launch.known_warnings import KnownLogMessages
 
+from ..io.checkpoint_schemes import handed_over
 from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
+from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
+
+# MMEngine's training loops, and the toolkit's that resume at the data position in their place
+TOOLKIT_LOOPS = {EpochBasedTrainLoop: ResumableEpochBasedTrainLoop, IterBasedTrainLoop: ResumableIterBasedTrainLoop}
+
+
+def as_toolkit_loop(loop: dict) -> dict:
+    """A training loop's config, MMEngine's loops (by ``type`` or ``by_epoch``) named as the toolkit's."""
+    loop = dict(loop)
+    if 'type' not in loop and 'by_epoch' in loop:
+        loop['type'] = EpochBasedTrainLoop if loop.pop('by_epoch') else IterBasedTrainLoop
+    kind = loop.get('type')
+    kind = LOOPS.get(kind) if isinstance(kind, str) else kind
+    if kind in TOOLKIT_LOOPS:
+        loop['type'] = TOOLKIT_LOOPS[kind]
+    return loop
 
 
 def describe_devices(world_size: int) -> str:
@@ -29,14 +47,61 @@ def describe_devices(world_size: int) -> str:
     return f'{world_size} CPU process(es)'
 
 
+DASH = '-' * 60
+HEADER_START = f'\n{DASH}\nSystem environment:'  # MMEngine's environment header
+RUNTIME = '\nRuntime environment:'
+
+
+class RuntimeLines(logging.Filter):
+    """Put ``lines`` in the place of the runtime part of MMEngine's environment header (its system part
+    kept)."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__()
+        self.lines = list(lines)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg
+        if isinstance(message, str) and message.startswith(HEADER_START) and RUNTIME in message:
+            system = message.split(RUNTIME, 1)[0]
+            record.msg = '\n'.join([system + RUNTIME, *self.lines, DASH]) + '\n'
+        return True
+
+
 @RUNNERS.register_module()
 class ToolkitRunner(Runner):
-    """A Runner whose log states the backend and devices in use and skips known deprecation notices."""
+    """A Runner whose training loops are the toolkit's, whose log states the backend and devices in
+    use and skips known deprecation notices, and that resumes from a checkpoint already read."""
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.logger.addFilter(KnownLogMessages())
+        arguments = inspect.signature(Runner.__init__).bind(self, *args, **kwargs)
+        arguments.apply_defaults()
+        self.env_cfg = dict(arguments.arguments['env_cfg'] or {})
+        self.randomness = dict(arguments.arguments['randomness'] or {})  # (what the loops build their data with)
         self._handed: Optional[Tuple[str, dict]] = None
+        super().__init__(*args, **kwargs)
+
+    def runtime_environment(self) -> 'OrderedDict[str, object]':
+        """The header's runtime part: the process group and devices in use."""
+        runtime = OrderedDict((k, v) for k, v in self.env_cfg.items() if k != 'dist_cfg')
+        runtime.update(self.randomness)
+        runtime['seed'] = self.seed
+        runtime['launcher'] = self.launcher
+        if dist.is_initialized():
+            runtime['dist_cfg'] = dict(self.env_cfg.get('dist_cfg') or {}, backend=dist.get_backend())
+            runtime['process group'] = f'{dist.get_backend()}, {self.world_size} processes'
+        else:
+            runtime['process group'] = 'none (one process)'
+        runtime['devices'] = describe_devices(self.world_size)
+        return runtime
+
+    def build_logger(self, *args, **kwargs) -> MMLogger:
+        """MMEngine's logger, without the known deprecation notices and with the toolkit's runtime lines
+        in its environment header."""
+        logger = super().build_logger(*args, **kwargs)
+        logger.addFilter(KnownLogMessages())
+        logger.addFilter(RuntimeLines([f'    {k}: {v}' for k, v in self.runtime_environment().items()]))
+        return logger
 
     def build_model(self, model):
         """MMEngine's ``build_model``, with the backbone compiled where its config says
@@ -47,9 +112,14 @@ class ToolkitRunner(Runner):
             compile_forward(built.backbone)
         return built
 
+    def build_train_loop(self, loop: Union[BaseLoop, dict]) -> BaseLoop:
+        """MMEngine's ``build_train_loop``, its epoch and iteration loops built as the toolkit's
+        (engine/loops.py: a resume continues at the data position)."""
+        return super().build_train_loop(as_toolkit_loop(loop) if isinstance(loop, dict) else loop)
+
     def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
-        """Give the Runner the contents of ``filename``, already read (engine/resume.py reads a
-        resumed checkpoint once): its load of that file uses them instead of reading it again.
+        """Give the Runner the contents of ``filename``, already read (engine/resume.py and tools/test.py
+        read a checkpoint once): its load of that file uses them instead of reading it again.
 
         The contents are on the CPU where MMEngine's GPU resume maps them to the rank's device; what
         it does with them still lands there (GPU-only path, not run by the CPU tests): the weights
@@ -59,32 +129,10 @@ class ToolkitRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: Sequence[Tuple[str, str]] = ((r'^module.', ''),)):
-        """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's."""
+        """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's (through the
+        toolkit's checked reader of local files, ``checkpoint_schemes``, where it is installed)."""
         if self._handed is None or self._handed[0] != filename:
             return super().load_checkpoint(filename, map_location, strict, revise_keys)
-        checkpoint, self._handed = self._handed[1], None
-        # as MMEngine's: the hooks see the checkpoint, then the model gets its weights
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = self.model.module if is_model_wrapper(self.model) else self.model
-        checkpoint = _load_checkpoint_to_model(model, checkpoint, strict, revise_keys=revise_keys)
-        self._has_loaded = True
-        self.logger.info(f'Load checkpoint from {filename}')
-        return checkpoint
-
-    def _log_env(self, env_cfg: dict) -> None:
-        runtime = OrderedDict((k, v) for k, v in env_cfg.items() if k != 'dist_cfg')
-        runtime.update(self._randomness_cfg)
-        runtime['seed'] = self._seed
-        runtime['launcher'] = self._launcher
-        if dist.is_initialized():
-            runtime['dist_cfg'] = dict(env_cfg.get('dist_cfg') or {}, backend=dist.get_backend())
-            runtime['process group'] = f'{dist.get_backend()}, {self._world_size} processes'
-        else:
-            runtime['process group'] = 'none (one process)'
-        runtime['devices'] = describe_devices(self._world_size)
-        dash = '-' * 60
-        lines = [dash, 'System environment:', *(f'    {k}: {v}' for k, v in collect_env().items()),
-                 '', 'Runtime environment:', *(f'    {k}: {v}' for k, v in runtime.items()), dash]
-        self.logger.info('\n' + '\n'.join(lines) + '\n')
-        if self.cfg._cfg_dict:
-            self.logger.info(f'Config:\n{self.cfg.pretty_text}')
+        handed, self._handed = self._handed, None
+        with handed_over(*handed):
+            return super().load_checkpoint(filename, map_location, strict, revise_keys)

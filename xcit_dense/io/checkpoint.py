@@ -76,7 +76,7 @@ def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
 def read_checkpoint_file(path: str, map_location: Union[str, torch.device] = 'cpu',
                          sha256: Optional[str] = None) -> dict:
     """The dict in a checkpoint file or URL (download.py: https, digests), read weights only, as
-    saved; errors name it. ``models.weights.read_checkpoint`` gives it in this toolkit's layout."""
+    saved; errors name it. ``io.weights.read_checkpoint`` gives it in this toolkit's layout."""
     path = local_checkpoint(path, sha256)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'checkpoint file not found: {path}')

@@ -25,7 +25,8 @@ and mmseg's own tools on those configs then read checked too):
 Checkpoints come back in this toolkit's layout (``weights.py``).
 """
 import os
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional
 from urllib.parse import urlparse
 
 import torch
@@ -67,9 +68,25 @@ def model_zoo_location(filename: str) -> str:
     return os.path.join(mmengine_checkpoint._get_mmengine_home(), location)
 
 
+_handed: Dict[str, dict] = {}  # path -> contents already read, for the next read of that path
+
+
+@contextmanager
+def handed_over(path: str, checkpoint: dict) -> Iterator[None]:
+    """Within: the next read of the local file ``path`` returns ``checkpoint``, its contents already read
+    by the checked reader, instead of reading the file again (a run reads its checkpoint once)."""
+    _handed[os.path.abspath(path)] = checkpoint
+    try:
+        yield
+    finally:
+        _handed.pop(os.path.abspath(path), None)
+
+
 def load_from_local(filename: str, map_location: Any = None) -> Any:
     """Local files (``load_from``, ``resume``, the stock inferencers): inspected, read weights only."""
     filename = os.path.expanduser(filename)
+    if os.path.abspath(filename) in _handed:
+        return _handed.pop(os.path.abspath(filename))
     if not os.path.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return to_toolkit_layout(load_weights_only(filename, map_location))

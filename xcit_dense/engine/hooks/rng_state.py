@@ -11,7 +11,6 @@ from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import world_size
-from .data_position_hook import when_resumed
 
 
 def _as_bytes(state: torch.Tensor) -> np.ndarray:
@@ -131,9 +130,10 @@ class RNGStateHook(Hook):
         self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
 
     def before_train(self, runner) -> None:
-        """On resume, restore this rank's states once the data loader stands at the position
-        (``DataPositionHook``): after its iterator drew its base seed from torch's generator, and,
-        with samplers that cannot start there, after the dropped batches drew their augmentations.
+        """On resume, restore this rank's states once the data stands at its position (the toolkit's
+        loops say when, ``when_at_position``): after the data loader's iterator drew its base seed from
+        torch's generator, and, with samplers that cannot start there, after the dropped batches drew
+        their augmentations.
 
         A checkpoint loaded for its weights alone (training from iteration 0) restores nothing.
         """
@@ -149,7 +149,14 @@ class RNGStateHook(Hook):
                                f'rank(s), this run has {world_size()}')
             return
         state = states[runner.rank]
-        when_resumed(runner, lambda: _log_restored(runner.logger, set_rng_state(state)))
+
+        def restore() -> None:
+            _log_restored(runner.logger, set_rng_state(state))
+        loop = runner.train_loop
+        if hasattr(loop, 'when_at_position'):
+            loop.when_at_position(restore)
+        else:
+            restore()
 
     def before_val(self, runner) -> None:
         """Note the training streams' states before validation."""

@@ -94,6 +94,13 @@ NOT_SHOWN = {
         'tests/unit/test_compile_bound.py::'
         'test_a_compile_on_one_rank_extends_the_step_bound_on_every_rank_and_a_stall_does_not (gloo ranks), '
         'tests/unit/test_wait_bounds.py::test_step_watch_asks_once_for_more_time_and_fires_when_that_passes_too',
+    # not a limit of one GPU: left out of the 6-minute budget
+    '--auto-fit against a real CUDA out-of-memory (set_per_process_memory_fraction), not run within the budget':
+        'tests/integration/test_out_of_memory.py::test_auto_fit_replans_to_what_fits_and_trains_as_that_plan_would, '
+        'tests/integration/test_out_of_memory.py::test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch',
+    "the per-rank GPU utilisation and memory lines (NVML) in a detector step's log, not asserted yet":
+        'tests/unit/test_node_sampler.py::test_a_gpu_is_found_by_the_uuid_torch_reports_and_a_mig_slice_has_memory_only '
+        '(an NVML stand-in)',
 }
 
 

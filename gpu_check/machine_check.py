@@ -99,8 +99,8 @@ NOT_SHOWN = {
         'tests/integration/test_out_of_memory.py::test_auto_fit_replans_to_what_fits_and_trains_as_that_plan_would, '
         'tests/integration/test_out_of_memory.py::test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch',
     "the per-rank GPU utilisation and memory lines (NVML) in a detector step's log, not asserted yet":
-        'tests/unit/test_node_sampler.py::test_a_gpu_is_found_by_the_uuid_torch_reports_and_a_mig_slice_has_memory_only '
-        '(an NVML stand-in)',
+        'tests/unit/test_node_sampler.py::'
+        'test_a_gpu_is_found_by_the_uuid_torch_reports_and_a_mig_slice_has_memory_only (an NVML stand-in)',
 }
 
 

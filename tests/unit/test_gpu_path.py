@@ -69,7 +69,8 @@ def test_control_collectives_follow_the_backend(monkeypatch):
 
 def test_training_under_a_cuda_only_backend_makes_one_collective_per_step(tmp_path, seg_data):
     """2 optimizer steps of 2 micro-batches each, a checkpoint after each step: 2 flag all-reduces,
-    2 RNG gathers (at the checkpoints), 1 exit meeting, all on the gloo control group."""
+    2 RNG gathers (at the checkpoints), 4 gathers of the per-rank figures (one per log line: interval 1,
+    4 micro-batches), 1 exit meeting, all on the gloo control group."""
     config = tiny_seg_config(tmp_path, seg_data, train_cfg=dict(max_iters=2, val_interval=2),
                              default_hooks=dict(checkpoint=dict(interval=1), logger=dict(interval=1),
                                                 visualization=dict(draw=False)))
@@ -80,7 +81,7 @@ def test_training_under_a_cuda_only_backend_makes_one_collective_per_step(tmp_pa
                   '--cfg-options', 'model_wrapper_cfg.type=ControlGroupDDP'], env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = eval(re.search(r'collective counts: (\{.*\})', result.stderr).group(1))
-    assert counts == {'all_gather_object': 2, 'all_reduce': 2, 'monitored_barrier': 1}
+    assert counts == {'all_gather_object': 2 + 4, 'all_reduce': 2, 'monitored_barrier': 1}
     log = read_log(tmp_path / 'work')
     assert 'process group: cuda:gloo' in log and 'GuardedOptimWrapper' in log
     checkpoint = torch.load(tmp_path / 'work/iter_4.pth', weights_only=False)

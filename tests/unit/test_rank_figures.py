@@ -1,4 +1,4 @@
-"""Every rank in the log: two ranks forked on gloo train a small model under the toolkit's DDP
+"""Every rank in the log: two ranks spawned on gloo train a small model under the toolkit's DDP
 wrapper and hook (slow stage: they train); the log names the rank that computes slowest (with its
 host), the one that holds the most memory, and warns once that a rank waits for its batches. The
 step clock, the fetch timing and the comparisons in-process."""
@@ -86,14 +86,16 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
 def two_rank_run(tmp_path_factory) -> Path:
     """The work dirs (rank0/, rank1/) of the two ranks' run."""
     tmp = tmp_path_factory.mktemp('ranks')
-    context = multiprocessing.get_context('fork')  # two real ranks, this process's imports shared
+    # two real ranks, started fresh: a fork would inherit the threads and locks of whatever ran before in
+    # this process (after an inductor compile of the slow stage, a forked rank hangs)
+    context = multiprocessing.get_context('spawn')
     results = context.Queue()
     ranks = [context.Process(target=_rank, args=(r, str(tmp / 'work'), str(tmp / 'rendezvous'), results))
              for r in range(2)]
     for process in ranks:
         process.start()
     try:
-        logs = dict(results.get(timeout=120) for _ in ranks)
+        logs = dict(results.get(timeout=300) for _ in ranks)
     finally:
         for process in ranks:
             process.join(timeout=30)

@@ -28,6 +28,7 @@ from mmengine.config import Config
 
 from ..allocation_failures import is_out_of_memory
 from ..errors import ToolkitError
+from .batch_plan import resolve_batch_plan
 from .collectives import gather_objects
 from .dist import gpus_present
 from .hooks.auto_fit_record import AUTO_FIT_KEY
@@ -324,7 +325,6 @@ def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
         gc.collect()
         if device.type == 'cuda':
             torch.cuda.empty_cache()
-    from .batch_plan import resolve_batch_plan
     plan = resolve_batch_plan(cfg, dist.get_world_size() if dist.is_initialized() else 1, accumulation)
     what = '\n'.join(f'  - {line}' for line in advice(plan, bool(amp), bool(
         (cfg.model.get('backbone') or {}).get('with_cp')), device.type == 'cuda')[1:])  # not --auto-fit again

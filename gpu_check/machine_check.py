@@ -98,9 +98,6 @@ NOT_SHOWN = {
     '--auto-fit against a real CUDA out-of-memory (set_per_process_memory_fraction), not run within the budget':
         'tests/integration/test_out_of_memory.py::test_auto_fit_replans_to_what_fits_and_trains_as_that_plan_would, '
         'tests/integration/test_out_of_memory.py::test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch',
-    "the per-rank GPU utilisation and memory lines (NVML) in a detector step's log, not asserted yet":
-        'tests/unit/test_node_sampler.py::'
-        'test_a_gpu_is_found_by_the_uuid_torch_reports_and_a_mig_slice_has_memory_only (an NVML stand-in)',
 }
 
 

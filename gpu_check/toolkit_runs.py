@@ -6,7 +6,8 @@ Every step runs a command a user runs (``tools/dist_train.sh`` with one process,
 exit status, the process group's backend (NCCL on a GPU, gloo on a CPU), the optimizer wrapper and
 the RoI layers the run built (from the config the Runner dumped into its work dir), finite losses,
 the validation's metric line, and for a resumed run the toolkit's line for a complete restore of the
-RNG states (any line of a partial one fails it) and the position it resumed at. The steps share one
+RNG states (any line of a partial one fails it) and the position it resumed at, and for the detector
+runs RankFiguresHook's per-rank lines (peak memory; on a GPU NVML's utilisation and memory). The steps share one
 work folder: the resumed runs continue ``det_fp16``'s run.
 
 Mask R-CNN is the demo's XCiT-T12/16 (configs/demo) with the recipe's SyncBN and RoIAlign put back
@@ -57,6 +58,11 @@ ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the console's colours, if any
 # the recipe's RoIAlign (mmdet's base Mask R-CNN): served by mmcv._ext, not torchvision's op called directly
 RECIPE_ROI_LAYER = dict(_delete_=True, type='RoIAlign', sampling_ratio=0)
 EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
+# RankFiguresHook's line per logger interval (engine/rank_stats.RanksSummary.line): the ranks' peak memory
+# (CUDA: allocated, with reserved; CPU: resident), and on a GPU NVML's utilisation and memory of the node's GPUs
+RANK_MEMORY = re.compile(r'ranks: (\d+) rank\(s\): peak memory max (\d+) MB (allocated|resident)')
+RANK_GPU = re.compile(r'ranks: [^\n]*GPU utilisation (?:min (\d+)%|(n/a) \(MIG\))[^\n;]*, '
+                      r'GPU memory max (\d+) of (\d+) MB')
 
 
 @dataclass
@@ -87,6 +93,7 @@ class Expect:
     syncbn_kept: Optional[bool] = None
     compiled: bool = False
     recipe_roi_align: bool = False  # the built RoI extractors run mmcv.ops.RoIAlign on mmcv._ext
+    rank_lines: Optional[str] = None  # the device type whose per-rank lines the log must hold (RankFiguresHook)
 
 
 def free_port() -> int:
@@ -293,6 +300,8 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
         result['epochs_trained'] = epochs
         if not epochs or epochs[0] != expect.first_epoch:
             failed.append(f'trained epochs {epochs}, from epoch {expect.first_epoch} expected')
+    if expect.rank_lines:
+        failed += _judge_rank_lines(out, expect.rank_lines, result)
     if expect.compiled:
         eager = EAGER_FALLBACK.search(out)
         result['compiled'] = eager is None
@@ -302,6 +311,30 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
         result['output_tail'] = out[-2500:]
     result['failed_checks'] = failed
     return result
+
+
+def _judge_rank_lines(out: str, device: str, result: dict) -> List[str]:
+    """RankFiguresHook's per-rank lines in the log (into ``result['rank_lines']``) and what is missing:
+    the peak memory line (allocated on CUDA, resident on a CPU) and, on CUDA, NVML's GPU
+    utilisation and memory (utilisation 'n/a' on a MIG slice, where NVML reports none)."""
+    memory, gpu, failed = RANK_MEMORY.findall(out), RANK_GPU.findall(out), []
+    kind = 'allocated' if device == 'cuda' else 'resident'
+    lines = result['rank_lines'] = dict(memory_lines=len(memory), gpu_lines=len(gpu))
+    if memory:
+        lines.update(ranks=int(memory[-1][0]), peak_memory_mb=int(memory[-1][1]), memory_kind=memory[-1][2])
+    if not memory or memory[-1][2] != kind:
+        failed.append(f'no per-rank memory line ("ranks: N rank(s): peak memory max ... MB {kind}", '
+                      'RankFiguresHook)' + (f': memory {memory[-1][2]}' if memory else ''))
+    if device == 'cuda':
+        if gpu:
+            utilisation, mig, used, total = gpu[-1]
+            lines.update(gpu_utilisation=float(utilisation) if utilisation else f'{mig} (MIG)',
+                         gpu_memory_mb=int(used), gpu_memory_total_mb=int(total))
+        else:
+            failed.append('no per-rank GPU utilisation and memory line ("GPU utilisation min ...%, GPU memory max '
+                          '... of ... MB" in the "ranks:" lines): NVML (nvidia-ml-py) not importable, or no NVML '
+                          "device with the UUID of the rank's GPU")
+    return failed
 
 
 class TrainingSteps:
@@ -339,7 +372,7 @@ class TrainingSteps:
         args = ['--amp', 'fp16', '--accumulation', '2']
         run = dist_train(self.det, self.work / 'det', args, timeout)
         return judge(run, self._expect('fp16', accumulation=2, metric='coco/bbox_mAP', first_epoch=1,
-                                       recipe_roi_align=True), self.det)
+                                       recipe_roi_align=True, rank_lines=self.device), self.det)
 
     def det_resume(self, timeout: float) -> dict:
         """``--resume`` of det_fp16's run for a second epoch."""
@@ -353,7 +386,8 @@ class TrainingSteps:
     def det_bf16(self, timeout: float) -> dict:
         """An epoch of Mask R-CNN with bf16, validated."""
         run = dist_train(self.det, self.work / 'det_bf16', ['--amp', 'bf16'], timeout)
-        return judge(run, self._expect('bf16', metric='coco/bbox_mAP', first_epoch=1, recipe_roi_align=True), self.det)
+        return judge(run, self._expect('bf16', metric='coco/bbox_mAP', first_epoch=1, recipe_roi_align=True,
+                                       rank_lines=self.device), self.det)
 
     def stock_resume(self, timeout: float) -> dict:
         """mmdet's own tools/train.py ``--resume`` on det_fp16's work dir, for a third epoch (one

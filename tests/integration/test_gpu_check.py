@@ -323,3 +323,32 @@ def test_the_last_step_gets_what_the_deadline_leaves_and_the_report_says_what_on
         for name in re.findall(r'tests/[\w/]+\.py(?:::\w+)?', tests):
             path, _, function = name.partition('::')
             assert (ROOT / path).is_file() and (not function or f'def {function}(' in (ROOT / path).read_text()), name
+
+
+RANKS_CUDA = ('ranks: 1 rank(s): peak memory max 2113 MB allocated, 2342 MB reserved (rank 0, gpu-host); data wait '
+              'max 3.1% (rank 0, gpu-host); GPU utilisation min 81% (rank 0, gpu-host), GPU memory max 3071 of '
+              '143771 MB (rank 0, gpu-host); achieved 12.3 TFLOP/s per rank, MFU 1.2%\n')
+RANKS_CPU = ('ranks: 1 rank(s): peak memory max 1480 MB resident (rank 0, cpu-host); '
+             'data wait max 9.0% (rank 0, cpu-host)\n')
+
+
+@pytest.mark.parametrize('device, line, failures', [
+    ('cuda', RANKS_CUDA, []),
+    ('cuda', RANKS_CUDA.replace('min 81%', 'n/a (MIG)'), []),  # a MIG slice: NVML gives memory only
+    ('cuda', RANKS_CPU, ['no per-rank memory line', 'no per-rank GPU utilisation and memory line']),  # no NVML
+    ('cuda', RANKS_CUDA.split('; data wait')[0].replace('allocated', 'resident') + '\n',
+     ['no per-rank memory line', 'no per-rank GPU utilisation and memory line']),
+    ('cpu', RANKS_CPU, []),
+    ('cpu', '', ['no per-rank memory line']),
+])
+def test_a_detector_run_fails_without_its_per_rank_memory_and_gpu_lines(tmp_path, device, line, failures):
+    """RankFiguresHook's line in the detector steps' logs: peak memory always, NVML's GPU utilisation
+    and memory on CUDA; the step names what its log lacks."""
+    output = 'process group: gloo\n' + line + 'Epoch(train) [1][1/2]  loss: 2.5\n'
+    result = toolkit_runs.judge(toolkit_runs.Run(0, output, tmp_path),
+                                toolkit_runs.Expect(backend='gloo', rank_lines=device))
+    assert [reason.split(' (')[0].split(':')[0] for reason in result['failed_checks']] == failures
+    if not failures:
+        lines = result['rank_lines']
+        assert lines['memory_lines'] == 1 and lines['peak_memory_mb'] in (2113, 1480)
+        assert device == 'cpu' or lines['gpu_memory_mb'] == 3071 and lines['gpu_utilisation'] in (81.0, 'n/a (MIG)')

@@ -27,7 +27,8 @@ from typing import Dict, List, Optional
 from .bounded import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASE_LIMITS = dict(probe=20, install=90)  # seconds (the install includes its import check)
+PHASE_LIMITS = dict(probe=20, install=60)  # seconds, each phase whole (the install includes its import check)
+SMI_LIMIT_S = 8  # of the probe's limit, what nvidia-smi may take
 DEADLINE_S = 360  # the whole call: 6 minutes leave a second try within the 15 minutes of device time a check gets
 CHECK_EXIT_S = 5  # of the deadline, what the check leaves itself to end
 
@@ -62,13 +63,14 @@ def probe(env: Dict[str, str]) -> dict:
     """What the machine holds: GPU and driver (nvidia-smi), Python, torch and what it sees."""
     info = dict(python=platform.python_version(), executable=sys.executable, cpus=os.cpu_count(),
                 disk_free_gb=round(shutil.disk_usage('/tmp').free / 2 ** 30, 1))
+    start = time.monotonic()
     smi = run(['nvidia-smi', '--query-gpu=name,driver_version,memory.total,compute_cap', '--format=csv,noheader'],
-              30, env) if shutil.which('nvidia-smi') else None
+              SMI_LIMIT_S, env) if shutil.which('nvidia-smi') else None
     info['nvidia_smi'] = smi.stdout.strip() if smi and smi.returncode == 0 else None
     code = ('import json, torch; c = torch.cuda.is_available(); print(json.dumps(dict(torch=torch.__version__, '
             'cuda=torch.version.cuda, cuda_available=c, gpu=torch.cuda.get_device_name(0) if c else None, '
             "capability='%d.%d' % torch.cuda.get_device_capability(0) if c else None)))")
-    proc = run([sys.executable, '-c', code], PHASE_LIMITS['probe'], env)
+    proc = run([sys.executable, '-c', code], PHASE_LIMITS['probe'] - (time.monotonic() - start), env)
     info['torch'] = json.loads(proc.stdout) if proc.returncode == 0 else f'error: {proc.stderr[-500:]}'
     return info
 

@@ -4,16 +4,21 @@ exit status 1 when a step failed.
 The steps (``STEPS``, the registry: one ``Step`` per entry, most telling first), each written to
 ``gpu_check.json`` and ``gpu_check.md`` as soon as it ends (a check cut short keeps what it
 measured): ``ops``, the installed mmcv ops against the golden outputs of compiled mmcv 2.1.0
-(``ops_goldens.py``); then the toolkit's own commands on a generated data set, each judged by what
-its log must show (``toolkit_runs.py``): ``det_fp16`` (``tools/dist_train.sh``, Mask R-CNN with the
-recipe's ops, one process, SyncBN, ``--amp fp16 --accumulation 2``, an epoch validated),
-``det_resume`` (its ``--resume``), ``det_bf16``, ``channels_last`` (the backbone's option on and
-off giving the same first losses, TF32 off), ``stock_resume`` (mmdet's own ``tools/train.py
---resume`` on that work dir) and, last, ``compile`` (the UperNet demo with the backbone compiled in
-training), which gets whatever time the deadline leaves. Each step may have a time budget, past
-which it is cut and recorded as such. A step fails when it raises and when its results say so (see
-``step_failures``). ``tiny=True`` runs every step at tiny sizes, on a CPU too. The report also lists
-the GPU path one GPU cannot show (``NOT_SHOWN``) and the CPU tests covering it meanwhile.
+(``ops_goldens.py``); ``served_ops``, the other ops xcit_mmcv_ext serves (DCN, MaskedConv2d,
+RoIPool, focal losses, bbox_overlaps, ms_deform_attn) against their goldens, whose source the result
+names (``served_ops_goldens.py``); then the toolkit's own commands on a generated data set, each
+judged by what its log must show (``toolkit_runs.py``): ``det_fp16`` (``tools/dist_train.sh``, Mask
+R-CNN with the recipe's ops, one process, SyncBN, ``--amp fp16 --accumulation 2``, an epoch
+validated, RankFiguresHook's per-rank memory and GPU lines), ``det_resume`` (its ``--resume``),
+``det_bf16``; ``fast_vs_plain`` (the backbone's fast set against its plain layers in bf16 and fp16,
+timed, and whether docs/speed.md's rule makes the fast set the GPU default: ``fast_vs_plain.py``);
+``channels_last`` (the backbone's option on and off giving the same first losses, TF32 off),
+``stock_resume`` (mmdet's own ``tools/train.py --resume`` on that work dir) and, last, ``compile``
+(the UperNet demo with the backbone compiled in training), which gets whatever time the deadline
+leaves. Each step may have a time budget, past which it is cut and recorded as such. A step fails
+when it raises and when its results say so (see ``step_failures``). ``tiny=True`` runs every step
+at tiny sizes, on a CPU too. The report also lists the GPU path one GPU cannot show
+(``NOT_SHOWN``) and the CPU tests covering it meanwhile.
 
 A step is one more entry in ``STEPS``: a name, a function ``(StepContext, seconds) -> result dict``
 (``failed_checks``: what its results did not show) and its budget on the lent machine.
@@ -33,7 +38,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from . import ops_goldens
+from . import ops_goldens, served_ops_goldens
+from .fast_vs_plain import DTYPES as FAST_DTYPES, fast_vs_plain
 from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
 
 
@@ -61,13 +67,15 @@ def _training(name: str) -> Callable[[StepContext, float], dict]:
 
 
 # Most telling first, compile last. Budgets: seconds on the lent machine (16 cores, an H200), from the
-# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states; 220 s in all,
-# compile then gets what is left of the call's 6 minutes.
+# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states; 260 s in all,
+# compile then gets what is left of the call's 6 minutes (nothing at the phases' and steps' worst case).
 STEPS: Tuple[Step, ...] = (
     Step('ops', lambda context, seconds: check_ops(context.device), 10),
+    Step('served_ops', lambda context, seconds: check_served_ops(context.device), 10),
     Step('det_fp16', _training('det_fp16'), 40),
     Step('det_resume', _training('det_resume'), 40),
     Step('det_bf16', _training('det_bf16'), 40),
+    Step('fast_vs_plain', lambda context, seconds: check_fast_vs_plain(context.device, context.tiny), 30),
     Step('channels_last', _training('channels_last'), 60),
     Step('stock_resume', _training('stock_resume'), 30),
     Step('compile', _training('compile'), None),
@@ -175,15 +183,34 @@ def check_ops(device: torch.device) -> dict:
     return ops_goldens.compare(ops_goldens.load_goldens(), device)
 
 
+def check_served_ops(device: torch.device) -> dict:
+    """The other ops xcit_mmcv_ext serves, on ``device``, against their goldens (served_ops_goldens.py;
+    ``source``: compiled mmcv's, or the float64 reference of its semantics)."""
+    return served_ops_goldens.compare(served_ops_goldens.load_goldens(), device)
+
+
+def check_fast_vs_plain(device: torch.device, tiny: bool) -> dict:
+    """The fast set against the plain layers (fast_vs_plain.py): a row per dtype, ``fast_default``
+    (docs/speed.md's rule) and ``failed_checks``. On a GPU, its memory is given back for the next steps."""
+    try:
+        result = fast_vs_plain(device, tiny)
+    finally:
+        if device.type == 'cuda':
+            torch.cuda.empty_cache()
+    rows = [dict(dtype=name, **result[name]) for name in FAST_DTYPES]
+    return dict(rows=rows, fast_default=result['fast_default'], failed_checks=result['failed_checks'])
+
+
 # the whole check ------------------------------------------------------------------------------
 
 def step_failures(step: str, result: dict) -> List[str]:
     """Why a step's results say it failed (empty: it passed): an exception or a cut, ops that
-    disagree with the goldens, or what a training step's log did not show (``failed_checks``)."""
+    disagree with the goldens, or what a training step's log or a comparison did not show (``failed_checks``)."""
     reasons = [f"error: {result['error']}"] if 'error' in result else []
-    if step == 'ops' and 'rows' in result:
+    compared = step in ('ops', 'served_ops')
+    if compared and 'rows' in result:
         reasons += [f'{failure} (against the goldens)' for failure in ops_goldens.failures(result)]
-    if step == 'ops' and result.get('all_ok') is False and not reasons:
+    if compared and result.get('all_ok') is False and not reasons:
         reasons.append('all_ok is False')
     reasons += result.get('failed_checks', [])
     return reasons

@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers import ROOT, free_port, launch_env, spawned
 
-from gpu_check import bounded, machine_check as check, toolkit_runs
+from gpu_check import bounded, machine_check as check, served_ops_goldens, toolkit_runs
 from gpu_check.bounded import run_bounded
 
 
@@ -42,6 +42,12 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert returncode == 0, {k: v['failed'] for k, v in results.items()}
     assert on_disk['det_fp16'] == ['ops', 'det_fp16']  # written before the next step ran
     assert results['ops']['all_ok'] and len(results['ops']['rows']) == 18
+    served = results['served_ops']  # the CPU path against the float64 reference (the rehearsal of the CUDA one)
+    assert served['all_ok'] and served['source'] == served_ops_goldens.REFERENCE_SOURCE and len(served['rows']) == 30
+    fast = results['fast_vs_plain']
+    assert [row['dtype'] for row in fast['rows']] == ['bf16', 'fp16'] and isinstance(fast['fast_default'], bool)
+    for run in (results['det_fp16'], results['det_bf16']):  # RankFiguresHook's line each logged iteration
+        assert run['rank_lines']['memory_kind'] == 'resident' and run['rank_lines']['memory_lines'] >= 2
     fp16, resumed, stock = results['det_fp16'], results['det_resume'], results['stock_resume']
     assert fp16['backend'] == 'gloo' and fp16['optim_wrapper'] == 'GuardedOptimWrapper'  # fp32 on a CPU
     assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
@@ -128,6 +134,46 @@ def test_an_ops_mismatch_fails_its_step_and_the_exit_status(tmp_path, monkeypatc
     assert any(reason.startswith('roi_align aligned=True sampling=0: max relative difference')
                for reason in ops['failed'])
     assert 'FAILED: roi_align aligned=False sampling=0' in (tmp_path / 'gpu_check.md').read_text()
+
+
+def test_the_served_ops_goldens_are_small_and_say_where_they_came_from():
+    assert served_ops_goldens.GOLDENS.stat().st_size < 500_000
+    goldens = served_ops_goldens.load_goldens()
+    assert goldens['source'] == served_ops_goldens.REFERENCE_SOURCE and len(goldens['outputs']) == 25
+
+
+@pytest.mark.slow  # the float64 reference of every served op, then the ops in float32 and fp16 (about 20 s loaded)
+def test_the_served_ops_goldens_are_the_reference_of_todays_inputs(tmp_path):
+    """The committed file holds what make_reference_goldens writes now: its inputs are make_inputs()'s
+    and its outputs the float64 reference's (a file left stale by a change of either fails)."""
+    made = served_ops_goldens.make_reference_goldens(tmp_path / 'goldens.pt')
+    kept = served_ops_goldens.load_goldens()
+    assert made['inputs'].keys() == kept['inputs'].keys() and made['outputs'].keys() == kept['outputs'].keys()
+    for part in ('inputs', 'outputs'):
+        for name, value in made[part].items():
+            torch.testing.assert_close(kept[part][name], value, rtol=1e-6, atol=1e-7, msg=name)
+
+
+@pytest.mark.slow  # the served ops twice (float32 and fp16 autocast) in-process: about 5 s on a loaded CPU
+def test_a_served_op_off_mmcvs_semantics_fails_its_step_naming_it(tmp_path, monkeypatch):
+    """RoIPool's far corner without its +1 pixel (torchvision's and a careless port's rule): the
+    served_ops step fails on RoIPool's rows only, and the report names the goldens' source."""
+    import importlib
+    ext = importlib.import_module('mmcv.ops.roi_pool').ext_module  # (mmcv.ops.roi_pool is also the function)
+    real = ext.roi_pool_forward
+
+    def no_plus_one(input, rois, *args, **kwargs):
+        rois = rois.clone()
+        rois[:, 3:] -= 1  # (x2 - 1 + 1) * scale: the far corner as given
+        return real(input, rois, *args, **kwargs)
+
+    monkeypatch.setattr(ext, 'roi_pool_forward', no_plus_one)
+    status = check.main(['--device', 'cpu', '--tiny', '--steps', 'served_ops', '--out-dir', str(tmp_path)])
+    served = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['served_ops']
+    assert status == 1 and served['all_ok'] is False
+    assert {reason.split(':')[0] for reason in served['failed']} == {
+        'roi_pool', 'roi_pool_grad', 'roi_pool under fp16 autocast'}, served['failed']
+    assert f'- source: {served_ops_goldens.REFERENCE_SOURCE}' in (tmp_path / 'gpu_check.md').read_text()
 
 
 @pytest.mark.parametrize('step, result, reason', [

@@ -40,7 +40,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     results = data['steps']
     assert list(results) == steps, (tmp_path / 'stderr').read_text()[-3000:]
     assert returncode == 0, {k: v['failed'] for k, v in results.items()}
-    assert on_disk['det_fp16'] == ['ops', 'det_fp16']  # written before the next step ran
+    assert on_disk['det_fp16'] == ['ops', 'served_ops', 'det_fp16']  # written before the next step ran
     assert results['ops']['all_ok'] and len(results['ops']['rows']) == 18
     served = results['served_ops']  # the CPU path against the float64 reference (the rehearsal of the CUDA one)
     assert served['all_ok'] and served['source'] == served_ops_goldens.REFERENCE_SOURCE and len(served['rows']) == 30

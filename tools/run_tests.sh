@@ -5,7 +5,7 @@
 # cluster already running is left alone); elsewhere they are skipped with the reason (under
 # CI=true on such a root machine, they fail instead).
 # Without arguments: three stages, each timed: the main suite; the slow tests (marker "slow": the
-# demos' learning floors, the whole tiny GPU check); the cluster tests (marker "cluster").
+# demos' learning floors, the whole tiny GPU check, most launched multi-process runs); the cluster tests (marker "cluster").
 # `quick`: the unit tests that need no launched run (marker "quick"), a few minutes, for users.
 # Other arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
 set -euo pipefail

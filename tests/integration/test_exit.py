@@ -29,6 +29,8 @@ def test_finished_run_destroys_the_group_before_exit():
         assert proc.stdout.count('process group left; gloo threads alive: 0') == 2, proc.stdout
 
 
+@pytest.mark.slow  # a launched 2-process run (about 19 s); the main stage keeps a failing rank's own error as
+# the report of a launch (test_first_failure)
 def test_failing_rank_exits_at_once_with_its_error():
     # The failing rank reports its own error; its peer, left inside a collective, fails too,
     # neither waits for the group's timeout (300 s in the reproducer), the run is non-zero.

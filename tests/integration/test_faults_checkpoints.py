@@ -62,7 +62,8 @@ def test_resume_from_a_truncated_file_names_it(trained, cut):
 def test_auto_resume_falls_back_to_the_newest_checkpoint_that_loads(trained):
     config, work_dir = trained
     (work_dir / 'iter_4.pth').write_bytes((work_dir / 'iter_4.pth').read_bytes()[:1000])
-    proc = run(train_cmd(config, work_dir, '--resume'))
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume',  # its status and
+                               cwd=work_dir.parent)  # log tell: no process of its own
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = proc.stdout + proc.stderr
     assert 'cannot read checkpoint' in log and 'iter_4.pth' in log
@@ -79,7 +80,8 @@ def test_a_checkpoint_written_before_rng_states_still_resumes(trained):
     old = torch.load(path, weights_only=False)
     del old['meta']['rng_states']
     torch.save(old, path)
-    proc = run(train_cmd(config, work_dir, '--resume', str(path)))
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', path,  # its status
+                               cwd=work_dir.parent)  # and log tell: no process of its own
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = proc.stdout + proc.stderr
     assert log.count('RNG state was not in the checkpoint') == 1 and 'Iter(train) [6/6]' in log

@@ -212,7 +212,9 @@ def test_skip_gives_up_after_max_tries_counting_every_try(monkeypatch):
     assert dataset.skipped == len(flaky.failed) == 4
 
 
-@pytest.mark.parametrize('workers', [0, 1])
+# with a worker: the slow stage (a launched run, about 11 s); the main stage keeps the same stop from the
+# retry loop in this process's loading (workers=0)
+@pytest.mark.parametrize('workers', [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_sigterm_in_the_bad_sample_retry_loop_stops_at_once_with_the_last_checkpoint(tmp_path, seg_data, workers):
     """Two good samples (iteration 1), then only bad ones: SIGTERM comes from inside the retry loop (in
     this process, or from a DataLoader worker while the main process waits for the batch). Before the

@@ -51,6 +51,8 @@ def test_nan_loss_can_be_skipped_and_counted(tmp_path, seg_data):
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
 
 
+@pytest.mark.slow  # a launched 2-process run (about 24 s); the main stage keeps the lost peers' report in process
+# (test_wait_bounds) and a launched failing rank (test_first_failure)
 def test_killing_one_rank_stops_the_survivor_naming_the_lost_peer(tmp_path, seg_data):
     """The surviving rank exits non-zero soon after, naming the rank that is gone; the last
     checkpoint, written before the kill, is complete."""
@@ -82,6 +84,8 @@ def group_lrs(checkpoint: Path) -> list:
     return [(g['layer_id'], g['lr']) for g in groups]
 
 
+@pytest.mark.slow  # a launched 2-process run (about 18 s); the main stage keeps a resume under a new batch plan
+# (test_resume_with_more_accumulation_keeps_the_optimizer_steps) and the layer LRs (test_layer_decay) in process
 def test_resume_with_another_world_size_re_resolves_the_plan_and_layer_lrs(tmp_path, seg_data):
     """Trained by 2 processes with --scale-lr under layer-wise LR decay, resumed by one: the plan and the
     LR are re-resolved, and every parameter group's LR stays base x 0.7 ** (5 - layer) of the new base."""

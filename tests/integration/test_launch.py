@@ -31,6 +31,8 @@ DDP_WARNINGS_AS_ERRORS = ('error:Grad strides do not match bucket view strides:U
                           'error:`broadcast_buffers` is deprecated:FutureWarning')
 
 
+@pytest.mark.slow  # two launched 'nodes' (about 22 s); the main stage keeps the node plan's arguments (test_netif)
+# and the rank figures (test_rank_figures) in process, and 2-process launches (test_first_failure)
 def test_two_nodes_on_one_machine(tmp_path, seg_data):
     config = hooked_config(tmp_path, seg_data)
     work_dir = tmp_path / 'run'
@@ -141,6 +143,8 @@ def random_run_config(tmp_path, seg_data, max_iters=6, interval=2):
     return path
 
 
+@pytest.mark.slow  # four launched runs in a chain (about 34 s); the main stage keeps the resume's parts in process
+# (test_samplers, test_rng_state, test_faults_training's resume under more accumulation)
 def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path, seg_data):
     """Killed right after the checkpoint of iteration 2 and resumed, then stopped by SIGTERM after
     iteration 5 (the sampler's second pass over the 8 images, 2 samples in) and resumed again, the
@@ -180,6 +184,8 @@ def test_resume_after_sigkill_then_sigterm_matches_an_uninterrupted_run(tmp_path
         torch.testing.assert_close(cut[key], whole[key], rtol=0, atol=1e-6, msg=key)
 
 
+@pytest.mark.slow  # two launched runs (about 20 s); the main stage keeps a SIGTERM's checkpoint and status in
+# test_faults_data's signal inside the bad-sample retry loop
 def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data):
     """Signalled while it waits after iteration 3 (PauseAfterIterHook: no timing decides when), the run
     saves iter_3.pth at that boundary, before it loads another batch, and stops with 128 + the signal's

@@ -1,6 +1,6 @@
 """Layer-wise LR decay: every group's LR is base x decay ** (L - layer). After LR scaling and a resume
 under another batch plan the ratios hold too: checked in test_faults_training.py's world-size resume,
-which trains under this constructor (one launched pair of runs for both behaviours)."""
+which trains under this constructor (one launched pair of runs for both behaviours, in the slow stage)."""
 import pytest
 import torch
 from helpers import ROOT

@@ -128,6 +128,8 @@ def preempted_detector_config(tmp_path):
     return config
 
 
+@pytest.mark.slow  # three launched Mask R-CNN runs (about 36 s); the main stage keeps the aspect-ratio batches
+# resumed at any batch (test_samplers) and the checkpoint chosen (test_what_a_run_resumes_from) in process
 def test_a_preempted_epoch_continues_at_its_next_sample(tmp_path, monkeypatch):
     """Stopped by SIGTERM in epoch 2 (after 3 of 4 iterations) in the default, relative work dir, a bare
     --resume with 2 data workers trains the one remaining iteration, loading only its 2 images, and

@@ -1,18 +1,17 @@
 """tools/train.py for real (one process): the plan line and gradient accumulation."""
-import sys
-
 import torch
-from helpers import ROOT, run_together, run_tool_in_process, tiny_seg_config
+from helpers import ROOT, run_tool_in_process, tiny_seg_config
 
 
 def train(config, *runs):
-    """tools/train.py launched once per (work dir, arguments), all at once (the runs are independent);
-    each run's output."""
-    procs = run_together(*(dict(args=[sys.executable, 'tools/train.py', str(config), '--work-dir', str(work_dir),
-                                      *args], cwd=ROOT) for work_dir, *args in runs))
-    for proc in procs:
+    """tools/train.py run once per (work dir, arguments) in this process (run_tool_in_process: the
+    weights are compared among these runs only, all under this process's threads); each run's output."""
+    outputs = []
+    for work_dir, *args in runs:
+        proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, *args, cwd=ROOT)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [proc.stdout + proc.stderr for proc in procs]
+        outputs.append(proc.stdout + proc.stderr)
+    return outputs
 
 
 def final_weights(work_dir):

@@ -5,7 +5,8 @@ each hook's own time per iteration and the per-step collectives' time, timed ins
 that calls it on the child's path, so that tools/train.py and tools/dist_train.sh run unchanged):
 it wraps ``Runner.call_hook`` to time each hook's ``before_train_iter``/``after_train_iter`` and
 the collectives of xcit_dense.engine (``agree_on_max`` behind the step agreement, ``gather_objects``),
-and writes the totals to ``$XCIT_OVERHEAD_OUT.<rank>.json`` at exit.
+notes the moment each iteration ends (after its ``after_train_iter`` hooks: every iteration's time,
+whatever the logger's interval), and writes them to ``$XCIT_OVERHEAD_OUT.<rank>.json`` at exit.
 """
 import atexit
 import json
@@ -35,6 +36,13 @@ def read_iteration_times(work_dir: str, skip: int) -> List[float]:
     return times
 
 
+def stamped_iteration_times(report: dict, skip: int) -> List[float]:
+    """Each iteration's time from an ``install()`` report's end-of-iteration moments, the first
+    ``skip`` iterations left out (the first iteration has no start moment: always left out)."""
+    stamps = report['ends']
+    return [end - start for start, end in zip(stamps[max(skip, 1) - 1:], stamps[max(skip, 1):])]
+
+
 def relative_cost(on: Sequence[float], off: Sequence[float]) -> float:
     """(median on - median off) / median off: the share of an iteration that a thing costs."""
     return statistics.median(on) / statistics.median(off) - 1.0
@@ -52,6 +60,7 @@ def workers_per_gpu(images_per_step: float, step_s: float, images_per_s_per_work
 _TOTALS: Dict[str, float] = defaultdict(float)
 _CALLS: Dict[str, int] = defaultdict(int)
 _ITERS = [0]
+_ENDS: List[float] = []
 
 
 def _timed(key: str, fn):
@@ -95,6 +104,8 @@ def install(out: Optional[str] = None) -> None:
             key = f'hook/{type(hook).__name__}'
             _TOTALS[key] += time.perf_counter() - start
             _CALLS[key] += 1
+        if fn_name == 'after_train_iter':
+            _ENDS.append(time.perf_counter())
 
     original = Runner.call_hook
     Runner.call_hook = call_hook
@@ -102,7 +113,7 @@ def install(out: Optional[str] = None) -> None:
     def write() -> None:
         rank = os.environ.get('RANK', f'pid{os.getpid()}')  # a launcher without RANK: its own file
         Path(f'{out}.{rank}.json').write_text(json.dumps(
-            dict(iterations=_ITERS[0], totals=dict(_TOTALS), calls=dict(_CALLS))))
+            dict(iterations=_ITERS[0], totals=dict(_TOTALS), calls=dict(_CALLS), ends=_ENDS)))
 
     atexit.register(write)
 

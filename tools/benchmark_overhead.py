@@ -7,12 +7,16 @@
 3. at 2 processes (tools/dist_train.sh, gloo on CPU) the toolkit's per-step collectives
    (xcit_dense/engine/collectives.py, step_agreement.py), timed inside the run;
 4. at 2 processes, every rank's figures (RankFiguresHook: the gathering, the sampler thread, the
-   timing) on against off (``default_hooks.rank_figures=None``), runs alternated. With the logger
-   interval of 1 that the iteration times need, the ranks gather every iteration instead of every
-   50: an upper bound. (DDP's timed communication hook stays on in both: it is always registered.)
+   timing) on against off (``default_hooks.rank_figures=None``), runs alternated, at each logger
+   interval of ``--ranks-intervals`` (the hook gathers once per interval): 1, an upper bound, and
+   the configs' 50. At an interval over 1 the cost is paid in one iteration of the interval, so the
+   runs are compared by their mean iteration time (the median would not see it), and the hook's own
+   time per iteration, timed inside the "on" runs, is given beside it. (DDP's timed communication
+   hook and the loops' fetch timing stay on in both: they always are.)
 
-Iteration times are read from each run's json log (``time``, logger interval 1), the first
-``--skip`` iterations left out. The machine's load average is printed with every run: compare the
+Iteration times are read from each run's json log (``time``, logger interval 1) or, at other
+intervals, from the moments each iteration ended, noted inside the run (``benchmarks.overhead``);
+the first ``--skip`` iterations left out. The machine's load average is printed with every run: compare the
 ratios of alternated runs, not absolute times, on a busy machine.
 """
 import argparse
@@ -27,7 +31,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.overhead import per_iteration, read_iteration_times, relative_cost  # noqa: E402
+from benchmarks.overhead import (  # noqa: E402
+    per_iteration,
+    read_iteration_times,
+    relative_cost,
+    stamped_iteration_times,
+)
 
 CONFIG = 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
 SITECUSTOMIZE = 'from benchmarks.overhead import install\ninstall()\n'
@@ -39,9 +48,11 @@ def mmdet_train_tool() -> str:
 
 
 def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
-    """One training run; returns its iteration times, in-process report and the load average."""
+    """One training run; returns its iteration times' median and mean, in-process report and the load
+    average. ``env_extra['interval']``: the logger's interval (default 1)."""
     world = args.procs if label.startswith('dist') else 1
-    options = ['train_cfg.max_epochs=1', 'default_hooks.logger.interval=1', 'log_processor.window_size=1',
+    interval = env_extra.pop('interval', 1)
+    options = ['train_cfg.max_epochs=1', f'default_hooks.logger.interval={interval}', 'log_processor.window_size=1',
                f'train_dataloader.batch_size={args.batch_size}',
                f'train_dataloader.dataset.indices={args.iters * args.batch_size * world}']
     options += env_extra.pop('options', [])
@@ -55,13 +66,14 @@ def run(label: str, argv: list, work_dir: Path, args, env_extra: dict) -> dict:
                           text=True)
     if done.returncode:
         sys.exit(f'{label} failed ({done.returncode}):\n{done.stdout[-3000:]}')
-    times = read_iteration_times(str(work_dir), args.skip)
     reports = [json.loads(p.read_text()) for p in sorted(work_dir.glob('overhead.*.json'))]
-    reports = [r for r in reports if r['iterations']]  # the launcher's own report has none
-    result = dict(label=label, median=statistics.median(times), n=len(times), load=load,
+    reports = [r for r in reports if r['iterations']]  # the launcher's own report has none (rank 0's first)
+    times = (read_iteration_times(str(work_dir), args.skip) if interval == 1
+             else stamped_iteration_times(reports[0], args.skip))
+    result = dict(label=label, median=statistics.median(times), mean=statistics.fmean(times), n=len(times), load=load,
                   load_after=os.getloadavg()[0], wall=time.perf_counter() - start,
                   parts=[per_iteration(r) for r in reports])
-    print(f'  {label:<22} median {result["median"]:.3f} s/iter over {len(times)} iterations, '
+    print(f'  {label:<22} median {result["median"]:.3f} s/iter, mean {result["mean"]:.3f}, {len(times)} iterations, '
           f'load {load:.2f} -> {result["load_after"]:.2f}', flush=True)
     return result
 
@@ -100,6 +112,35 @@ def table(rows, header):
     return '\n'.join(lines)
 
 
+def ranks_cost(args: argparse.Namespace, interval: int, wd) -> list:
+    """Every rank's figures on against off at ``args.procs`` processes, gathered every ``interval``
+    iterations, ``args.pairs`` alternated pairs: the report's lines."""
+    print(f'every rank\'s figures on against off ({args.procs} processes, logger interval {interval}):')
+    dist = ['bash', 'tools/dist_train.sh', args.config, str(args.procs)]
+    statistic = 'median' if interval == 1 else 'mean'  # (a cost paid once per interval: in the mean only)
+    rows, costs, hook = [], [], []
+    for pair in range(args.pairs):
+        sides = [('dist figures on', []), ('dist figures off', ['default_hooks.rank_figures=None'])]
+        if pair % 2:
+            sides.reverse()
+        res = {name: run(name, dist, wd(name.replace(' ', '_')), args,
+                         dict(options=list(opts), interval=interval, PORT=str(29600 + (os.getpid() + pair) % 300)))
+               for name, opts in sides}
+        on, off = res['dist figures on'], res['dist figures off']
+        costs.append(relative_cost([on[statistic]], [off[statistic]]))
+        own = max(part.get('hook/RankFiguresHook', 0.0) for part in on['parts'])  # (the slower rank's)
+        hook.append(own / on[statistic])
+        rows.append([pair + 1, f'{on[statistic]:.3f}', f'{off[statistic]:.3f}', f'{100 * costs[-1]:+.2f} %',
+                     f'{1e3 * own:.2f} ms ({100 * hook[-1]:.3f} %)', f'{on["load"]:.1f} / {off["load"]:.1f}'])
+    spread = f', spread (max - min) {100 * (max(costs) - min(costs)):.2f} points' if len(costs) > 1 else ''
+    every = 'every iteration' if interval == 1 else f'every {interval} iterations'
+    return [f'### every rank\'s figures on against off, {args.procs} processes, a gathering {every} '
+            f'(median of the pairs {100 * statistics.median(costs):+.2f} %{spread}; the hook\'s own time '
+            f'{100 * statistics.median(hook):.3f} % of an iteration)', '',
+            table(rows, ['pair', f'on s/iter ({statistic})', f'off s/iter ({statistic})', 'on/off - 1',
+                         'hook\'s own time per iteration (share)', 'load avg (on / off)']), '']
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--config', default=CONFIG)
@@ -110,6 +151,8 @@ def main() -> None:
     parser.add_argument('--procs', type=int, default=2, help='processes of the collectives run (0: none)')
     parser.add_argument('--parts', nargs='+', default=['tools', 'hooks', 'dist', 'allreduce', 'ranks'],
                         choices=['tools', 'hooks', 'dist', 'allreduce', 'ranks'])
+    parser.add_argument('--ranks-intervals', type=int, nargs='+', default=[1, 50],
+                        help="logger intervals of the 'ranks' part (the hook gathers once per interval)")
     parser.add_argument('--out', help='also write the tables (markdown) to this file')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix='xcit_overhead_') as tmp:
@@ -184,24 +227,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
                 f'(iteration median {res["median"]:.3f} s, load {res["load"]:.1f})', '',
                 table(rows, ['rank', 'collective / hook', 'us/iter', 'share of an iteration']), '']
     if 'ranks' in args.parts and args.procs > 1:
-        print(f'every rank\'s figures on against off ({args.procs} processes):')
-        dist = ['bash', 'tools/dist_train.sh', args.config, str(args.procs)]
-        rows, costs = [], []
-        for pair in range(args.pairs):
-            sides = [('dist figures on', []), ('dist figures off', ['default_hooks.rank_figures=None'])]
-            if pair % 2:
-                sides.reverse()
-            res = {name: run(name, dist, wd(name.replace(' ', '_')), args,
-                             dict(options=list(opts), PORT=str(29600 + (os.getpid() + pair) % 300)))
-                   for name, opts in sides}
-            on, off = res['dist figures on'], res['dist figures off']
-            costs.append(relative_cost([on['median']], [off['median']]))
-            rows.append([pair + 1, f'{on["median"]:.3f}', f'{off["median"]:.3f}', f'{100 * costs[-1]:+.2f} %',
-                         f'{on["load"]:.1f} / {off["load"]:.1f}'])
-        spread = f', spread (max - min) {100 * (max(costs) - min(costs)):.2f} points' if len(costs) > 1 else ''
-        out += [f'### every rank\'s figures on against off, {args.procs} processes, a gathering every iteration '
-                f'(median of the pairs {100 * statistics.median(costs):+.2f} %{spread})', '',
-                table(rows, ['pair', 'on s/iter', 'off s/iter', 'on/off - 1', 'load avg (on / off)']), '']
+        for interval in args.ranks_intervals:
+            out += ranks_cost(args, interval, wd)
     if 'allreduce' in args.parts:
         load = os.getloadavg()[0]
         times = allreduce_latency()

@@ -6,7 +6,8 @@ runs are logged per epoch; they are placed at the last iteration of their epoch.
 logged every rank's figures (``ranks/`` records of the toolkit's RankFiguresHook), a second row
 shows them: peak memory per rank, data wait per rank, the slowest rank's own step time beside
 the others' median, communication wait per rank with the network rate per node, GPU utilisation
-per rank.
+per rank, and the achieved TFLOP/s (mean per rank) with the MFU beside it, or a note where the
+device's peak, and so the MFU, is unknown (CPUs, GPUs not in the hook's table).
 """
 import argparse
 import json
@@ -84,9 +85,36 @@ RANK_PANELS = (
 )
 
 
+FLOPS_PANEL = 'achieved FLOP/s and MFU'
+NO_MFU = "MFU n/a: the device's peak is unknown"
+
+
+def plot_flops(ranks: List[dict], axis) -> List[str]:
+    """The achieved TFLOP/s per rank (``ranks/tflops_mean``) and, on an axis of its own, the MFU
+    (``ranks/mfu_mean``); returns the curves drawn (a note among them where the MFU is absent)."""
+    axis.set_title(FLOPS_PANEL)
+    axis.set_ylabel('TFLOP/s per rank')
+    achieved = series(ranks, 'ranks/tflops_mean').get('')
+    if not achieved:
+        axis.text(0.5, 0.5, 'not logged in this run\n(FLOPs counted on GPUs; flops=True on CPUs)',
+                  ha='center', va='center')
+        return []
+    axis.plot(*zip(*achieved), marker='.', color='tab:blue', label='TFLOP/s per rank')
+    axis.ticklabel_format(axis='y', style='sci', scilimits=(-3, 4))
+    mfu = series(ranks, 'ranks/mfu_mean').get('')
+    if not mfu:
+        axis.legend(fontsize=7, title=NO_MFU, title_fontsize=7)
+        return ['TFLOP/s per rank', f'({NO_MFU})']
+    share = axis.twinx()
+    share.plot(*zip(*[(step, 100 * value) for step, value in mfu]), marker='.', color='tab:red', label='MFU')
+    share.set_ylabel('MFU (%)')
+    axis.legend(handles=axis.get_lines() + share.get_lines(), fontsize=7)
+    return ['TFLOP/s per rank', 'MFU']
+
+
 def plot_ranks(ranks: List[dict], axes) -> Dict[str, List[str]]:
-    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it.
-    Returns each panel's curves by label."""
+    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it, then
+    the FLOP/s panel. Returns each panel's curves by label."""
     drawn_labels: Dict[str, List[str]] = {}
     for axis, (title, sources, unit) in zip(axes, RANK_PANELS):
         drawn = 0
@@ -101,6 +129,9 @@ def plot_ranks(ranks: List[dict], axes) -> Dict[str, List[str]]:
             axis.legend(fontsize=7)
         else:
             axis.text(0.5, 0.5, 'not logged in this run', ha='center', va='center')
+    flops = plot_flops(ranks, axes[len(RANK_PANELS)])
+    if flops:
+        drawn_labels[FLOPS_PANEL] = flops
     return drawn_labels
 
 
@@ -108,8 +139,8 @@ def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Pa
          ranks: List[dict] = ()) -> Dict[str, List[str]]:
     """Draw the panels into ``out``; returns the curves of every rank's panels that were drawn."""
     rows = 2 if ranks else 1
-    fig, grid = plt.subplots(rows, max(3, len(RANK_PANELS) if ranks else 3), figsize=(25 if ranks else 15, 4 * rows),
-                             squeeze=False)
+    columns = len(RANK_PANELS) + 1 if ranks else 3
+    fig, grid = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
     drawn = plot_ranks(ranks, grid[1]) if ranks else {}
     if ranks:
         for axis in grid[0][3:]:

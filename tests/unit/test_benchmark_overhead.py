@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from benchmarks.data_pipeline import instance_count
-from benchmarks.overhead import per_iteration, read_iteration_times, relative_cost, workers_per_gpu
+from benchmarks.overhead import (
+    per_iteration,
+    read_iteration_times,
+    relative_cost,
+    stamped_iteration_times,
+    workers_per_gpu,
+)
 
 
 def test_workers_per_gpu():
@@ -28,6 +34,12 @@ def test_read_iteration_times_skips_first_and_non_training(tmp_path):
     records = [dict(iter=i, time=float(i), loss=1.0) for i in range(1, 6)] + [dict(step=1, coco=0.5)]
     log.write_text('\n'.join(json.dumps(r) for r in records))
     assert read_iteration_times(str(tmp_path), skip=2) == [3.0, 4.0, 5.0]
+
+
+def test_stamped_iteration_times_are_the_gaps_between_iteration_ends():
+    report = dict(ends=[10.0, 11.0, 13.0, 16.0, 20.0])  # iterations 1-5 ended at these moments
+    assert stamped_iteration_times(report, skip=2) == [2.0, 3.0, 4.0]  # iterations 3, 4 and 5
+    assert stamped_iteration_times(report, skip=0) == [1.0, 2.0, 3.0, 4.0]  # iteration 1 has no start
 
 
 def test_instance_counts_are_coco_like():

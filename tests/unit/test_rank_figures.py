@@ -1,13 +1,16 @@
 """Every rank in the log: two ranks spawned on gloo train a small model under the toolkit's DDP
-wrapper and hook (slow stage: they train); the log names the rank that computes slowest (with its
-host), the one that holds the most memory, and warns once that a rank waits for its batches. The
-step clock, the fetch timing and the comparisons in-process."""
+wrapper, iteration loop and hook (slow stage: they train); the log names the rank that computes
+slowest (with its host), the one that holds the most memory, and warns once that a rank waits for
+its batches (as the loop times its fetches); the plot tool draws the run's panels. The step clock,
+the loops' fetch timing and the comparisons in-process."""
+import json
 import multiprocessing
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -17,8 +20,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import xcit_dense.engine.hooks  # noqa: F401  (registers the hooks and the DDP wrapper)
-from xcit_dense.engine import step_clock
-from xcit_dense.engine.hooks.rank_figures import FetchTimer, TimedBatches
+from xcit_dense.engine import loops, step_clock
 from xcit_dense.engine.rank_stats import RankFigures, RanksSummary, reset_resident_peak, resident_peak_mb
 
 ITERS, INTERVAL = 4, 2
@@ -36,7 +38,7 @@ class Vectors(Dataset):
     def __getitem__(self, index: int) -> dict:
         if self.fetch_s:
             time.sleep(self.fetch_s)
-        return dict(inputs=torch.full((8,), float(index % 4) / 4))
+        return dict(inputs=torch.full((1, 8), float(index % 4) / 4))  # (an "image" of 1 x 8 pixels)
 
 
 class Line(BaseModel):
@@ -56,11 +58,22 @@ class Line(BaseModel):
         return dict(loss=loss)
 
 
+# the training FLOPs of Line per input element ("pixel"), by hand: one multiply-add of the 8 x 1
+# product, 2 FLOPs, times 3 forwards (forward and backward); the toolkit's counter counts detectors
+# and segmentors only (its arithmetic is tested in test_model_flops)
+LINE_FLOPS_PER_PIXEL = 2 * 3 * 1
+PEAK_TFLOPS = 1e-9  # a peak set in the config (RankFiguresHook peak_tflops): CPUs have none in the table
+
+
 def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
     """Rank 0 fetches slowly; rank 1 computes slowly and holds 128 MB in its forward."""
     import os
 
     from mmengine.runner import Runner
+
+    from xcit_dense.engine.hooks import rank_figures
+    from xcit_dense.engine.model_flops import TrainingFlops
+    rank_figures.count_training_flops = lambda model: TrainingFlops(LINE_FLOPS_PER_PIXEL, 0.0)
     os.environ['LOCAL_RANK'] = str(rank)  # (read by MMEngine's DDP wrapping; a CPU module takes no device)
     torch.distributed.init_process_group('gloo', init_method=f'file://{rendezvous}', rank=rank, world_size=2)
     try:
@@ -68,9 +81,10 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
             model=Line(sleep_s=0.25 * rank, hold_mb=128 * rank), work_dir=f'{work_dir}/rank{rank}',
             train_dataloader=dict(dataset=Vectors(fetch_s=0.2 * (rank == 0)), batch_size=2, num_workers=0,
                                   sampler=dict(type='DefaultSampler', shuffle=False)),
-            train_cfg=dict(by_epoch=False, max_iters=ITERS), optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+            train_cfg=dict(type='ResumableIterBasedTrainLoop', max_iters=ITERS),  # (it times its fetches)
+            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
             default_hooks=dict(logger=dict(type='LoggerHook', interval=INTERVAL), checkpoint=None,
-                               rank_figures=dict(type='RankFiguresHook')),
+                               rank_figures=dict(type='RankFiguresHook', flops=True, peak_tflops=PEAK_TFLOPS)),
             log_processor=dict(window_size=10), cfg=dict(model_wrapper_cfg=dict(type='GradLayoutDDP', device_ids=None)),
             launcher='pytorch', default_scope='mmengine')
         runner.train()
@@ -148,11 +162,24 @@ def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_r
     assert sorted(lines[1:]) == sorted([
         '  peak memory per rank: rank0, rank1', '  data wait per rank: rank0, rank1',
         "  own step time: slowest rank, the others' median",
-        '  communication wait and network: wait rank0, wait rank1'])
+        '  communication wait and network: wait rank0, wait rank1',
+        '  achieved FLOP/s and MFU: TFLOP/s per rank, MFU'])
     assert out.stat().st_size > 10_000
+    # the same run where the device's peak is unknown (as on CPUs without peak_tflops): FLOP/s only, said so
+    scalars = next(two_rank_run.glob('rank0/*/vis_data/scalars.json'))
+    records = [json.loads(line) for line in scalars.read_text().splitlines()]
+    assert sum('ranks/mfu_mean' in record for record in records) == ITERS // INTERVAL
+    unknown = tmp_path / 'unknown_peak' / 'scalars.json'
+    unknown.parent.mkdir()
+    unknown.write_text(''.join(json.dumps({k: v for k, v in record.items() if k != 'ranks/mfu_mean'}) + '\n'
+                               for record in records))
+    plot = subprocess.run([sys.executable, str(ROOT / 'tools/plot_logs.py'), str(unknown), '--out', str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert plot.returncode == 0, plot.stderr
+    assert "  achieved FLOP/s and MFU: TFLOP/s per rank, (MFU n/a: the device's peak is unknown)" in plot.stdout
 
 
-def figures(rank: int, own_step_s, data_wait: float = 0.0, memory_mb: float = 100.0) -> RankFigures:
+def figures(rank: int, own_step_s, data_wait: Optional[float] = 0.0, memory_mb: float = 100.0) -> RankFigures:
     return RankFigures(rank=rank, host=f'node{rank // 2}', memory_mb=memory_mb, reserved_mb=None,
                        data_wait=data_wait, own_step_s=own_step_s, interval_s=10.0)
 
@@ -182,19 +209,48 @@ def test_own_step_times_start_at_a_step_and_end_at_its_first_bucket(monkeypatch)
     assert clock.take() == [2.0, 1.5]
 
 
-@pytest.mark.quick
-def test_a_fetch_is_timed_and_the_iterator_keeps_its_attributes(monkeypatch):
-    class Batches:
-        epoch = 3
+@pytest.fixture
+def half_second_clock(monkeypatch):
+    """perf_counter advancing 0.5 s a reading: each timed fetch takes 0.5 s."""
+    now = iter(0.5 * i for i in range(1000))
+    monkeypatch.setattr(loops.time, 'perf_counter', lambda: next(now))
 
-        def __next__(self):
-            return 'batch'
-    now = iter([1.0, 1.25, 2.0, 2.5])
-    monkeypatch.setattr(time, 'perf_counter', lambda: next(now))
-    timer = FetchTimer()
-    batches = TimedBatches(Batches(), timer)
-    assert [next(batches), next(batches)] == ['batch', 'batch'] and batches.epoch == 3
-    assert timer.take() == 0.75 and timer.take() == 0.0
+
+@pytest.mark.quick
+def test_the_iteration_loops_batches_time_each_fetch(half_second_clock):
+    from torch.utils.data import DataLoader
+    clock = loops.FetchClock()
+    batches = loops._EndlessBatches(DataLoader(Vectors(), batch_size=32), False, lambda: None, clock)
+    batches.ignore = 1
+    assert next(batches) is None and clock.take() == 0.0  # MMEngine's resume skip loads nothing
+    assert [next(batches)['inputs'].shape[0] for _ in range(3)] == [32, 32, 32]  # the second pass begins
+    assert batches.epoch == 1 and clock.take() == 1.5 and clock.take() == 0.0
+
+
+@pytest.mark.quick
+def test_the_epoch_loops_pass_times_its_start_and_batches_and_is_the_data_loader(half_second_clock):
+    from torch.utils.data import DataLoader
+    clock = loops.FetchClock()
+    loader = DataLoader(Vectors(), batch_size=16)
+    epoch = loops._EpochPass(loader, 0, False, lambda: None, clock)
+    assert len(epoch) == 4 and epoch.batch_size == 16
+    epoch._iterator = 'set by a hook'  # (as mmdet's PipelineSwitchHook restarts persistent workers)
+    assert loader._iterator == 'set by a hook'
+    loader._iterator = None
+    assert len(list(enumerate(epoch))) == 4  # as MMEngine's epoch loop iterates
+    assert clock.take() == 0.5 * 6  # the pass's start, four batches and the end of the pass
+    reached = []
+    resumed = loops._EpochPass(loader, 3, False, lambda: reached.append(True), clock)
+    assert len(list(resumed)) == 1 and reached == [True]
+    assert clock.take() == 0.5 * 3  # the start (three batches loaded and dropped), one batch, the end
+
+
+@pytest.mark.quick
+def test_data_wait_not_timed_by_the_loop_is_na_not_zero():
+    untimed = RanksSummary([figures(0, 0.1, data_wait=None), figures(1, 0.1, data_wait=None)])
+    assert 'data wait n/a' in untimed.line() and untimed.most_data_wait is None
+    assert not any(key.startswith('ranks/data_wait') for key in untimed.scalars())
+    assert 'data_wait' not in untimed.warnings(0)
 
 
 @pytest.mark.quick
@@ -205,22 +261,3 @@ def test_the_resident_peak_covers_the_interval():
     assert resident_peak_mb() >= before + 60
     del held
     assert reset_resident_peak() and resident_peak_mb() < before + 30
-
-
-@pytest.mark.quick
-def test_an_epoch_loops_data_loader_times_its_batches_and_stays_what_it_was():
-    from torch.utils.data import DataLoader
-
-    from xcit_dense.engine.hooks.rank_figures import _time_loader, _untime_loader
-    loader = DataLoader(Vectors(), batch_size=16)
-    timer = FetchTimer()
-    _time_loader(loader, timer)
-    assert isinstance(loader, DataLoader) and len(loader) == 4 and loader.batch_size == 16
-    batches = list(enumerate(loader))  # as MMEngine's epoch loop iterates
-    assert len(batches) == 4 and timer.take() > 0
-    _time_loader(loader, timer)  # a later epoch: timed once, not twice
-    assert type(loader).__mro__[1] is DataLoader
-    _untime_loader(loader)
-    assert type(loader) is DataLoader
-    list(loader)
-    assert timer.take() == 0.0

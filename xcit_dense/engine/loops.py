@@ -11,8 +11,13 @@ pass has begun at its position, before its first batch loads: the RNG states are
 ``ToolkitRunner`` runs a config's ``EpochBasedTrainLoop`` and ``IterBasedTrainLoop`` as these.
 The iteration loop starts its data loader at its first batch (MMEngine's starts it when the loop is
 built), and MMEngine's resume skip, one ``next`` per iteration done, gets ``None`` without loading.
+
+Both loops time their batch fetches (``fetch_clock``, a ``FetchClock``): every ``next`` of the
+batches the loop trains on, and the start of each pass over the data loader (its workers starting),
+batches loaded and dropped on resume included. ``RankFiguresHook`` reads it as the data wait.
 """
-from typing import Any, Callable, List, Optional, Tuple, Union
+import time
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 from mmengine.logging import print_log
 from mmengine.registry import LOOPS
@@ -20,6 +25,39 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import DataLoader
 
 from ..datasets.samplers import can_start_at, start_at
+
+
+class FetchClock:
+    """Seconds a training loop spent fetching batches, since last taken."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def take(self) -> float:
+        """The seconds since the last call (and start again from zero)."""
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+    def timed(self, fetch: Callable[[], Any]) -> Any:
+        """``fetch()``, its duration added (also when it raises, e.g. ``StopIteration``)."""
+        start = time.perf_counter()
+        try:
+            return fetch()
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class _TimedBatches:
+    """An iterator of batches whose every ``next`` is timed on a ``FetchClock``."""
+
+    def __init__(self, batches: Iterator, clock: FetchClock) -> None:
+        self._batches, self._clock = batches, clock
+
+    def __iter__(self) -> '_TimedBatches':
+        return self
+
+    def __next__(self) -> Any:
+        return self._clock.timed(lambda: next(self._batches))
 
 
 def set_sampler_epoch(dataloader: Any, epoch: int) -> None:
@@ -58,20 +96,37 @@ class _Waiting:
             action()
 
 
-class _ResumedEpoch:
-    """A data loader whose next pass begins after its first ``skip`` batches (started there, or loaded
-    and dropped), then calls ``reached``; everything else is the data loader's."""
+class _EpochPass:
+    """The data loader of one epoch as the epoch loop iterates over it: the pass, and each batch,
+    timed on the loop's ``FetchClock``; a resumed pass begins after its first ``skip`` batches
+    (started there, or loaded and dropped), then calls ``reached``. Everything else, read or set
+    (by hooks during the epoch), is the data loader's."""
 
-    def __init__(self, dataloader: DataLoader, skip: int, positioned: bool, reached: Callable[[], None]) -> None:
-        self.dataloader, self.skip, self.positioned, self.reached = dataloader, skip, positioned, reached
+    _OWN = ('dataloader', 'skip', 'positioned', 'reached', 'clock')
+
+    def __init__(self, dataloader: DataLoader, skip: int, positioned: bool, reached: Callable[[], None],
+                 clock: FetchClock) -> None:
+        for name, value in zip(self._OWN, (dataloader, skip, positioned, reached, clock)):
+            object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.dataloader, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:  # (e.g. mmdet's PipelineSwitchHook restarting persistent workers)
+            setattr(self.dataloader, name, value)
+
     def __len__(self) -> int:
         return len(self.dataloader)
 
-    def __iter__(self):
+    def __iter__(self) -> _TimedBatches:
+        return _TimedBatches(self.clock.timed(self._begin), self.clock)
+
+    def _begin(self) -> Iterator:
+        if not self.skip:
+            return iter(self.dataloader)
         if self.positioned:
             start_at(self.dataloader, self.skip)
         batches = iter(self.dataloader)  # (the base seed drawn before the RNG states return)
@@ -91,6 +146,7 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         self.positioned = can_start_at(self.dataloader)
         self._skip = 0  # batches of the current epoch before this run's first
         self._waiting = _Waiting(False)
+        self.fetch_clock = FetchClock()
 
     def start_data_at(self, epoch: int, batches: int) -> None:
         """Run the current ``epoch`` from its batch ``batches`` on (on resume, before training)."""
@@ -105,10 +161,9 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         self._waiting.add(action)
 
     def run_epoch(self) -> None:
-        if not self._skip:
-            return super().run_epoch()
+        """MMEngine's ``run_epoch`` over the data loader's pass (``_EpochPass``: timed, resumed)."""
         dataloader = self.dataloader
-        self.dataloader = _ResumedEpoch(dataloader, self._skip, self.positioned, self._waiting.reached)
+        self.dataloader = _EpochPass(dataloader, self._skip, self.positioned, self._waiting.reached, self.fetch_clock)
         try:
             super().run_epoch()
         finally:
@@ -134,8 +189,9 @@ class _EndlessBatches:
     set to the pass's number), the first one begun at its first batch, at the position ``place`` set.
     ``ignore`` calls get ``None`` (MMEngine's resume skip)."""
 
-    def __init__(self, dataloader: DataLoader, positioned: bool, reached: Callable[[], None]) -> None:
-        self.dataloader, self.positioned, self.reached = dataloader, positioned, reached
+    def __init__(self, dataloader: DataLoader, positioned: bool, reached: Callable[[], None],
+                 clock: FetchClock) -> None:
+        self.dataloader, self.positioned, self.reached, self.clock = dataloader, positioned, reached, clock
         self.epoch = 0  # the pass
         self.batches = 0  # of this pass, handed out or passed over
         self.ignore = 0
@@ -153,6 +209,9 @@ class _EndlessBatches:
         if self.ignore:
             self.ignore -= 1
             return None
+        return self.clock.timed(self._next)
+
+    def _next(self) -> Any:
         if self._pass is None:
             self._begin()
         try:
@@ -173,7 +232,7 @@ class _EndlessBatches:
         if not self.positioned:
             skip, self.batches = self.batches, 0
             for _ in range(skip):
-                next(self)
+                self._next()
         self.reached()
 
 
@@ -195,7 +254,8 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
         self.dataloader = dataloader
         self.positioned = can_start_at(dataloader)
         self._waiting = _Waiting(True)  # until the first batch: the data starts there
-        self.dataloader_iterator = _EndlessBatches(dataloader, self.positioned, self._waiting.reached)
+        self.fetch_clock = FetchClock()
+        self.dataloader_iterator = _EndlessBatches(dataloader, self.positioned, self._waiting.reached, self.fetch_clock)
 
     def start_data_at(self, epoch: int, batches: int) -> None:
         """Start the data at batch ``batches`` of the sampler's ``epoch`` (on resume, before training)."""

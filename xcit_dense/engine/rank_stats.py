@@ -36,7 +36,7 @@ class RankFigures:
     host: str
     memory_mb: float  # peak (CUDA: allocated; CPU: resident)
     reserved_mb: Optional[float]  # CUDA: peak reserved by the caching allocator; None on CPUs
-    data_wait: float  # share of the interval spent inside the batch fetch
+    data_wait: Optional[float]  # share of the interval inside the loop's batch fetch; None: not timed
     own_step_s: Optional[float]  # mean own step time; None when no step was timed (no DDP, first step)
     interval_s: float
     comm_wait: Optional[float] = None  # share of the iterations after the own step time (see the hook)
@@ -95,8 +95,10 @@ class RanksSummary:
         return max(self.figures, key=lambda f: (f.memory_mb, -f.rank))
 
     @property
-    def most_data_wait(self) -> RankFigures:
-        return max(self.figures, key=lambda f: (f.data_wait, -f.rank))
+    def most_data_wait(self) -> Optional[RankFigures]:
+        """The rank that waited longest for batches (None: no rank's loop timed its fetches)."""
+        timed = [f for f in self.figures if f.data_wait is not None]
+        return max(timed, key=lambda f: (f.data_wait, -f.rank)) if timed else None
 
     def slowest(self) -> Optional[Tuple[RankFigures, float]]:
         """The rank with the longest own step time and the median of the others' (None: fewer than
@@ -114,7 +116,8 @@ class RanksSummary:
         kind = 'allocated' if memory.reserved_mb is not None else 'resident'
         parts = [f'{len(self.figures)} rank(s): peak memory max {memory.memory_mb:.0f} MB {kind}{reserved} '
                  f'({_who(memory)})',
-                 f'data wait max {data.data_wait:.1%} ({_who(data)})']
+                 f'data wait max {data.data_wait:.1%} ({_who(data)})' if data is not None
+                 else 'data wait n/a (the train loop does not time its fetches)']
         slowest = self.slowest()
         if slowest is not None:
             slow, median = slowest
@@ -172,12 +175,14 @@ class RanksSummary:
     def scalars(self) -> Dict[str, float]:
         """The interval's figures for curves (``ranks/`` names; per rank and the extremes)."""
         out: Dict[str, float] = {
-            'ranks/memory_max_mb': self.most_memory.memory_mb, 'ranks/memory_max_rank': self.most_memory.rank,
-            'ranks/data_wait_max': self.most_data_wait.data_wait,
-            'ranks/data_wait_max_rank': self.most_data_wait.rank}
+            'ranks/memory_max_mb': self.most_memory.memory_mb, 'ranks/memory_max_rank': self.most_memory.rank}
+        data = self.most_data_wait
+        if data is not None:
+            out['ranks/data_wait_max'], out['ranks/data_wait_max_rank'] = data.data_wait, data.rank
         for f in self.figures:
             out[f'ranks/memory_mb/rank{f.rank}'] = f.memory_mb
-            out[f'ranks/data_wait/rank{f.rank}'] = f.data_wait
+            if f.data_wait is not None:
+                out[f'ranks/data_wait/rank{f.rank}'] = f.data_wait
             if f.own_step_s is not None:
                 out[f'ranks/own_step_s/rank{f.rank}'] = f.own_step_s
         slowest = self.slowest()
@@ -207,7 +212,7 @@ class RanksSummary:
         """{kind: message} of the thresholds passed in this interval."""
         found = {}
         data = self.most_data_wait
-        if data.data_wait > DATA_WAIT_WARN:
+        if data is not None and data.data_wait > DATA_WAIT_WARN:
             found['data_wait'] = (
                 f'{_who(data)} waited for batches {data.data_wait:.0%} of the interval (over '
                 f'{DATA_WAIT_WARN:.0%}): the data pipeline does not keep up; more loading processes '

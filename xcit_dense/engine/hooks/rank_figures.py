@@ -8,9 +8,10 @@ curves (one value per interval, not averaged over the logger's window) and warni
 (``RanksSummary.warnings``), each kind at most once per log-processor window. At the end of
 training, a table of each rank's figures over the run.
 
-Data wait is the time spent inside the train loop's batch fetch: the loop's batch iterator
-(``dataloader_iterator`` of iteration loops) or, in epoch loops, its data loader's iterator is
-timed (``TimedBatches``). Communication wait is each rank's share of its iterations (from the
+Data wait is the time spent inside the train loop's batch fetch, as the toolkit's loops time it
+themselves (``loops.FetchClock``, the loop's ``fetch_clock``). A loop of another type (a config's
+own, not run by ``ToolkitRunner``) has no such clock: the data wait is then not measured, said once in
+the log and as "n/a" in the lines. Communication wait is each rank's share of its iterations (from the
 run's second on, fetches included) spent after its own step time: the iterations' steps
 (``before_train_iter`` to this hook's ``after_train_iter``) less the own step times, over the steps
 and fetches. The network and GPU figures come from ``node_sampler.NodeSampler``'s thread.
@@ -35,58 +36,6 @@ from ..model_flops import COUNT_SHAPE, TrainingFlops, count_training_flops, peak
 from ..node_sampler import NodeSampler, group_interface, open_rank_gpu
 from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, rate_text, reset_resident_peak
 
-
-class FetchTimer:
-    """Seconds spent fetching batches since last taken."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def take(self) -> float:
-        seconds, self.seconds = self.seconds, 0.0
-        return seconds
-
-
-class TimedBatches:
-    """An iterator of batches whose ``next`` adds its duration to a ``FetchTimer``; other
-    attributes are the wrapped iterator's."""
-
-    def __init__(self, batches, timer: FetchTimer) -> None:
-        self._batches, self._timer = batches, timer
-
-    def __getattr__(self, name: str):
-        return getattr(self._batches, name)
-
-    def __iter__(self) -> 'TimedBatches':
-        return self
-
-    def __next__(self):
-        start = time.perf_counter()
-        try:
-            return next(self._batches)
-        finally:
-            self._timer.seconds += time.perf_counter() - start
-
-
-def _time_loader(loader, timer: FetchTimer) -> None:
-    """Make ``iter(loader)`` time its batches (the loader keeps its identity and type: its class
-    becomes a subclass whose ``__iter__`` wraps the original's)."""
-    base = type(loader)
-    if getattr(base, '_fetch_timed', False):
-        loader._fetch_timer = timer
-        return
-    timed = type(base.__name__, (base,), {
-        '_fetch_timed': True,
-        '__iter__': lambda self: TimedBatches(base.__iter__(self), self._fetch_timer)})
-    loader._fetch_timer = timer
-    loader.__class__ = timed
-
-
-def _untime_loader(loader) -> None:
-    if getattr(type(loader), '_fetch_timed', False):
-        loader.__class__ = type(loader).__mro__[1]
-
-
 COUNT_TEXT = f'{COUNT_SHAPE[0]}x{COUNT_SHAPE[1]}'
 
 
@@ -107,8 +56,7 @@ def _step_bound() -> Iterator[None]:
 class RankFiguresHook(Hook):
     """Per-rank figures in the log once per logger interval (see the module)."""
 
-    # after DataPositionHook (NORMAL) has wrapped the batch iterator in before_train; before
-    # LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
+    # before LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
     priority = 55
 
     def __init__(self, sample_period_s: float = 1.0, flops: Union[bool, str] = 'auto',
@@ -116,7 +64,7 @@ class RankFiguresHook(Hook):
         if flops not in (True, False, 'auto'):
             raise ValueError(f"RankFiguresHook: flops must be True, False or 'auto', got {flops!r}")
         self._count_flops, self._peak_override = flops, peak_tflops
-        self._fetch = FetchTimer()
+        self._fetch = None  # the train loop's FetchClock (None: a loop that does not time its fetches)
         self._warned: Dict[str, int] = {}
         self._run: List[RanksSummary] = []
         self._period_s = sample_period_s
@@ -131,10 +79,14 @@ class RankFiguresHook(Hook):
         self._host = socket.gethostname()
         self._warned.clear()
         self._run.clear()
-        loop = runner.train_loop
-        if hasattr(loop, 'dataloader_iterator'):
-            loop.dataloader_iterator = TimedBatches(loop.dataloader_iterator, self._fetch)
-        self._fetch.take()
+        self._fetch = getattr(runner.train_loop, 'fetch_clock', None)
+        if self._fetch is None:
+            runner.logger.warning(
+                f'data wait not measured: the train loop {type(runner.train_loop).__name__} does not time its batch '
+                "fetches (the toolkit's ResumableEpochBasedTrainLoop and ResumableIterBasedTrainLoop do; "
+                "ToolkitRunner runs MMEngine's loops as these)")
+        else:
+            self._fetch.take()
         if self._device.type == 'cpu':
             reset_resident_peak()
         interface = group_interface(dist.get_backend()) if world_size() > 1 else None
@@ -172,11 +124,6 @@ class RankFiguresHook(Hook):
             self._since += time.perf_counter() - self._val_start
         self._val_start = None
 
-    def before_train_epoch(self, runner) -> None:
-        loop = runner.train_loop
-        if not hasattr(loop, 'dataloader_iterator'):  # an epoch loop iterates over its data loader
-            _time_loader(loop.dataloader, self._fetch)
-
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if self._clock is not None:
             self._clock.begin_step()
@@ -211,10 +158,6 @@ class RankFiguresHook(Hook):
         if self._sampler is not None:
             self._sampler.stop()
             self._sampler = None
-        loop = runner.train_loop
-        if isinstance(getattr(loop, 'dataloader_iterator', None), TimedBatches):
-            loop.dataloader_iterator = loop.dataloader_iterator._batches
-        _untime_loader(loop.dataloader)
         if self._run and get_rank() == 0:
             runner.logger.info('per-rank figures of the run (over its logged intervals):\n' + run_table(self._run))
 
@@ -233,13 +176,15 @@ class RankFiguresHook(Hook):
         if self._device.type == 'cpu':
             reset_resident_peak()  # (CUDA's peak is reset by the logger's line)
         own = self._clock.take() if self._clock is not None else []
-        fetch_s, steps_s, self._steps_s = self._fetch.take(), self._steps_s, 0.0
+        fetch_s = self._fetch.take() if self._fetch is not None else 0.0
+        steps_s, self._steps_s = self._steps_s, 0.0
         comm_wait = max(steps_s - sum(own), 0.0) / (steps_s + fetch_s) if own and steps_s > 0 else None
         tflops = None
         if self._flops is not None:
             tflops, self._pixels = self._flops.of(self._pixels) / interval / 1e12, []
         return RankFigures(rank=get_rank(), host=self._host, memory_mb=memory, reserved_mb=reserved,
-                           data_wait=min(fetch_s / interval, 1.0), own_step_s=statistics.fmean(own) if own else None,
+                           data_wait=min(fetch_s / interval, 1.0) if self._fetch is not None else None,
+                           own_step_s=statistics.fmean(own) if own else None,
                            interval_s=interval, comm_wait=comm_wait,
                            node=self._sampler.take() if self._sampler is not None else None,
                            tflops=tflops, mfu=tflops / self._peak if tflops is not None and self._peak else None)
@@ -268,7 +213,8 @@ def run_table(summaries: List[RanksSummary]) -> str:
         comm = [f.comm_wait for f in figures if f.comm_wait is not None]
         tflops = [f.tflops for f in figures if f.tflops is not None]
         mfu = [f.mfu for f in figures if f.mfu is not None]
+        data = [f.data_wait for f in figures if f.data_wait is not None]
         rows.append(f'| {rank} | {figures[0].host} | {max(f.memory_mb for f in figures):.0f} | '
-                    f'{mean([f.data_wait for f in figures], ".1%")} | {mean(own, ".1f")} | {mean(comm, ".1%")} | '
+                    f'{mean(data, ".1%")} | {mean(own, ".1f")} | {mean(comm, ".1%")} | '
                     f'{rate_text(statistics.fmean(tflops)) if tflops else "n/a"} | {mean(mfu, ".1%")} |')
     return '\n'.join(rows)

@@ -30,7 +30,7 @@ SETS=("$@")
 # serialization (checkpoint save, checked read, resume), timm's XCiT, torchvision's ops, inductor
 VERSION_TESTS=(
   tests/integration/test_launch.py::test_two_nodes_on_one_machine
-  tests/integration/test_resume.py::test_an_automatic_resume_reads_the_checkpoint_once
+  tests/integration/test_resume.py::test_an_automatic_resume_reads_the_checkpoint_once  # MMEngine < 0.10.3 fails
   tests/unit/test_checkpoint_loading.py
   tests/unit/test_checkpoint_security.py
   tests/unit/test_rng_state.py
@@ -38,8 +38,8 @@ VERSION_TESTS=(
   tests/unit/test_mmcv_ext_nms.py
   tests/unit/test_mmcv_ext_roi_align.py
   tests/unit/test_compile.py
-  tests/unit/test_onnx_export.py
 )
+# ONNX export fails on torch 2.6 with the tested onnxscript (docs/install.md): checked at the newest end
 
 log() { printf '[range] %s\n' "$*"; }
 status=0
@@ -61,6 +61,7 @@ for set in "${SETS[@]}"; do
   for tests in quick version; do
     start=$SECONDS
     if [ "$tests" = quick ]; then selection=(tests -m quick); else selection=("${VERSION_TESTS[@]}"); fi
+    if [ "$tests" = version ] && [ "$set" = newest ]; then selection+=(tests/unit/test_onnx_export.py); fi
     (cd "$ROOT" && "$venv/bin/python" -m pytest "${selection[@]}" -q -p no:cacheprovider -rfEs) \
       || { status=1; log "$set: $tests tests FAILED"; }
     log "$set: $tests tests took $((SECONDS - start)) s"

@@ -14,6 +14,8 @@
 #   XCIT_TORCH       torch and torchvision requirements instead of the ranges of requirements/runtime.txt and
 #                    the pins of requirements/constraints.txt,
 #                    e.g. XCIT_TORCH='torch==2.15.0 torchvision==0.29.2' (the newest on PyPI; untested by CI)
+#   XCIT_CONSTRAINTS the pip constraints file (default: requirements/constraints.txt, the set CI tests);
+#                    an empty file installs the newest releases the ranges allow (dev/check_install_range.sh)
 # The stack is installed from requirements/runtime.txt's ranges with requirements/constraints.txt's
 # versions (the set CI tests) as pip constraints.
 # With XCIT_MMCV=compiled only:
@@ -46,13 +48,15 @@ fi
 PYTHON="$VENV/bin/python"
 # the runtime requirements and the tested versions, with XCIT_TORCH's torch and torchvision in place of theirs
 RUNTIME="$ROOT/requirements/runtime.txt"
-CONSTRAINTS="$ROOT/requirements/constraints.txt"
+CONSTRAINTS="${XCIT_CONSTRAINTS:-$ROOT/requirements/constraints.txt}"
+[ -f "$CONSTRAINTS" ] || { log "no constraints file $CONSTRAINTS"; exit 2; }
 if [ -n "${XCIT_TORCH:-}" ]; then
   RUNTIME="$(mktemp)"
+  TESTED="$CONSTRAINTS"
   CONSTRAINTS="$(mktemp)"
   trap 'rm -f "$RUNTIME" "$CONSTRAINTS"' EXIT
   grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$ROOT/requirements/runtime.txt" > "$RUNTIME"
-  grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$ROOT/requirements/constraints.txt" > "$CONSTRAINTS"
+  grep -vE '^(torch|torchvision)([=<>!~ ;]|$)' "$TESTED" > "$CONSTRAINTS" || true  # none left: an empty file
   for requirement in $XCIT_TORCH; do echo "$requirement" >> "$RUNTIME"; done
 fi
 # pip, minus the warnings of a machine-wide pip config whose local indexes are absent
@@ -68,7 +72,7 @@ STAMP="$VENV/.xcit-dense-stamp"
 stamp() {
   local s
   s="$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" | sha256sum | cut -d' ' -f1) $ROOT mmcv=$MMCV"
-  s+="${XCIT_TORCH:+ torch=$XCIT_TORCH}"
+  s+="${XCIT_TORCH:+ torch=$XCIT_TORCH}${XCIT_CONSTRAINTS:+ constraints=$(sha256sum < "$XCIT_CONSTRAINTS" | cut -c1-16)}"
   [ "$MMCV" = compiled ] || { echo "$s"; return; }
   s+="${XCIT_MMCV_CUDA:+ cuda=$XCIT_MMCV_CUDA}${TORCH_CUDA_ARCH_LIST:+ archs=$TORCH_CUDA_ARCH_LIST}"
   if [ "${XCIT_MMCV_CUDA:-auto}" = auto ]; then

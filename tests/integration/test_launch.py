@@ -45,7 +45,8 @@ def test_two_nodes_on_one_machine(tmp_path, seg_data):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for rank in (1, 0)]
         outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:]
-    assert not any('Grad strides' in out or 'broadcast_buffers' in out for out in outputs)
+    # the warnings, not the option: torch 2.6's config dump names broadcast_buffers=False (its option)
+    assert not any('Grad strides' in out or '`broadcast_buffers` is deprecated' in out for out in outputs)
     log = read_log(work_dir)
     assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
     assert 'img_per_s' in log and 'Iter(train) [4/4]' in log

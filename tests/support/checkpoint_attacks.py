@@ -23,6 +23,7 @@ from typing import Callable, Dict
 import numpy as np
 import torch
 import torch._dynamo  # noqa: F401  (adds its own entries to torch's allow-list when imported)
+from numpy._core.multiarray import scalar as numpy_scalar  # by name: numpy 1.26 does not import it
 
 SAFE_GLOBALS = [sorted(map(str, torch.serialization.get_safe_globals()))]  # before the toolkit's import
 
@@ -75,7 +76,7 @@ class ScalarSize:
     """A size hidden in a numpy scalar: ``bytearray(scalar(dtype('i8'), <64 GiB>))``."""
 
     def __reduce__(self):
-        return (bytearray, (np._core.multiarray.scalar(np.dtype('i8'), DECLARED.to_bytes(8, 'little')),))
+        return (bytearray, (numpy_scalar(np.dtype('i8'), DECLARED.to_bytes(8, 'little')),))
 
 
 def many_calls(folder: Path, calls: int = 20_000) -> Path:

@@ -94,6 +94,8 @@ def test_an_error_of_the_compiled_run_is_not_a_compile_failure(tiny_xcit, monkey
 
 
 @pytest.mark.slow  # AOTAutograd traces the forward and backward (about 20 s on 2 idle cores)
+@pytest.mark.skipif(not compile_module.EAGER_BACKWARD_LOWERING,
+                    reason="this torch (2.6) compiles the backward lazily: the fallback cannot catch its failure")
 def test_a_backward_that_fails_to_compile_falls_back_before_the_step(tiny_xcit, monkeypatch):
     """AOTAutograd with a backward compiler that raises: the backward is compiled with the forward
     (not lazily at loss.backward(), outside the fallback), so the training step finishes eagerly,

@@ -15,6 +15,9 @@ import torch
 import torch.distributed as dist
 
 _SIDE_GROUP: Optional[dist.ProcessGroup] = None  # the gloo side group of an NCCL (or other) run
+# A group's timeout changed after its creation: public as ``set_timeout`` in newer torch; torch 2.6
+# (the lowest supported) has only ``distributed_c10d._set_pg_timeout``, with the same arguments.
+_SET_TIMEOUT = getattr(dist, 'set_timeout', None) or dist.distributed_c10d._set_pg_timeout
 
 
 def serves_cpu(backend: str) -> bool:
@@ -37,9 +40,9 @@ def set_timeouts(seconds: int, nccl_extra_s: int = 0) -> None:
     """How long the main group's and the side group's collectives wait from now on; a main group
     that does not serve CPU tensors (NCCL) waits ``nccl_extra_s`` longer (for its timeout dump)."""
     extra = 0 if serves_cpu(dist.get_backend()) else nccl_extra_s
-    dist.set_timeout(timedelta(seconds=seconds + extra))
+    _SET_TIMEOUT(timedelta(seconds=seconds + extra))
     if _SIDE_GROUP is not None:
-        dist.set_timeout(timedelta(seconds=seconds), group=_SIDE_GROUP)
+        _SET_TIMEOUT(timedelta(seconds=seconds), group=_SIDE_GROUP)
 
 
 def close_control_group() -> None:

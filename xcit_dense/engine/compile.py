@@ -33,6 +33,10 @@ from . import compile_bound
 
 COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
 COMPILE_KEY = 'compile'  # in the backbone's config: read and removed by the run before the model is built
+# the backward compiled with the forward, where torch has the option (not torch 2.6: there a backward
+# that fails to compile raises from ``loss.backward()``, outside the fallback)
+EAGER_BACKWARD_LOWERING = ({'force_non_lazy_backward_lowering': True}
+                           if hasattr(functorch_config, 'force_non_lazy_backward_lowering') else {})
 
 
 def is_compile_failure(exc: BaseException) -> bool:
@@ -61,7 +65,7 @@ class CompiledForward:
                               f"found ({', '.join(COMPILER_VARIABLES + COMPILER_NAMES)}): running eagerly")
             return eager(module, *args, **kwargs)
         try:
-            with functorch_config.patch(force_non_lazy_backward_lowering=True):
+            with functorch_config.patch(EAGER_BACKWARD_LOWERING):
                 return _compiled(eager)(module, *args, **kwargs)
         except COMPILE_FAILURES as exc:  # a failure to compile: say why once, then run eagerly
             if not is_compile_failure(exc):

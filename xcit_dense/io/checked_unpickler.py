@@ -45,6 +45,10 @@ import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer, print_log
 
+# imported by name: numpy 1.26's numpy._core (the home of numpy 2's internals) does not import its
+# multiarray on `import numpy`, so the attribute path np._core.multiarray fails there
+from numpy._core.multiarray import _reconstruct as numpy_reconstruct, scalar as numpy_scalar
+
 # the budgets, as multiples of the file's size (a real checkpoint spends about twice its size on
 # data: its storages and its tensors), plus a little for tiny files
 DATA_PER_FILE_BYTE = 4
@@ -191,7 +195,7 @@ def numeric_scalar(dtype: Any, data: Any = None) -> Any:
     check_numeric(dtype, 'a numpy scalar')
     if type(data) is not bytes or len(data) != dtype.itemsize:
         raise Refused(f'a numpy scalar of {dtype} from {brief(data)}: {dtype.itemsize} bytes expected')
-    return np._core.multiarray.scalar(dtype, data)
+    return numpy_scalar(dtype, data)
 
 
 def check_array_state(state: Any, budget: Budget) -> None:
@@ -617,7 +621,7 @@ class CheckedUnpickler(pickle._Unpickler):
         if array_type is not np.ndarray or shape != (0,) or code not in (b'b', 'b'):
             raise Refused(f'_reconstruct({brief(array_type)}, {brief(shape)}, {brief(code)}): numpy pickles its '
                           f"arrays as _reconstruct(ndarray, (0,), b'b')")
-        array = np._core.multiarray._reconstruct(np.ndarray, (0,), b'b')
+        array = numpy_reconstruct(np.ndarray, (0,), b'b')
         self._arrays_to_build.add(id(array))
         return array
 

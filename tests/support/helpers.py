@@ -3,6 +3,7 @@ capability checks and a repository-cleanliness snapshot. Test files import this,
 import concurrent.futures
 import contextlib
 import io
+import itertools
 import logging
 import os
 import runpy
@@ -283,6 +284,19 @@ def signal_handlers_kept() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+_IN_PROCESS_RUNS = itertools.count()
+
+
+def _fresh_current_logger() -> None:
+    """Make a new MMEngine logger the current one, its console handler on the stdout now in place.
+
+    What a tool logs before its Runner makes a logger of its own (the resume choice, the batch plan)
+    goes to the current logger through ``print_log(logger='current')``. An earlier test's logger wrote
+    to the stream that was stdout when it was made, so those lines would be missing from the output."""
+    from mmengine.logging import MMLogger
+    MMLogger.get_instance(f'in-process-tool-{next(_IN_PROCESS_RUNS)}', logger_name='mmengine')
+
+
 def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.CompletedProcess:
     """A tool of tools/ run in this process, as ``python TOOL ARGS`` would run it: an interpreter start
     with the stack's imports takes 6-10 s. For what needs no process of its own: a refusal, bad input,
@@ -296,6 +310,7 @@ def run_tool_in_process(tool: str, *args: object, cwd: Path) -> subprocess.Compl
             contextlib.redirect_stderr(stderr), own_runner_instances(), signal_handlers_kept():
         patch.chdir(cwd)
         patch.setattr(sys, 'argv', [str(ROOT / tool), *map(str, args)])
+        _fresh_current_logger()
         try:
             runpy.run_path(str(ROOT / tool), run_name='__main__')
         except SystemExit as exc:

@@ -19,6 +19,8 @@ from helpers import ROOT, free_port, launch_env, spawned
 
 from gpu_check import bounded, machine_check as check, served_ops_goldens, toolkit_runs
 from gpu_check.bounded import run_bounded
+from xcit_dense.engine.node_sampler import NodeUse
+from xcit_dense.engine.rank_stats import RankFigures, RanksSummary
 
 
 @pytest.mark.slow
@@ -371,16 +373,24 @@ def test_the_last_step_gets_what_the_deadline_leaves_and_the_report_says_what_on
             assert (ROOT / path).is_file() and (not function or f'def {function}(' in (ROOT / path).read_text()), name
 
 
-RANKS_CUDA = ('ranks: 1 rank(s): peak memory max 2113 MB allocated, 2342 MB reserved (rank 0, gpu-host); data wait '
-              'max 3.1% (rank 0, gpu-host); GPU utilisation min 81% (rank 0, gpu-host), GPU memory max 3071 of '
-              '143771 MB (rank 0, gpu-host); achieved 12.3 TFLOP/s per rank, MFU 1.2%\n')
-RANKS_CPU = ('ranks: 1 rank(s): peak memory max 1480 MB resident (rank 0, cpu-host); '
-             'data wait max 9.0% (rank 0, cpu-host)\n')
+def _ranks_line(device: str, mig: bool = False) -> str:
+    """RankFiguresHook's log line as the hook writes it (rank_stats.RanksSummary.line), for one rank."""
+    node = None
+    if device == 'cuda':
+        node = NodeUse(interface=None, received_mb_s=None, sent_mb_s=None, gpu_utilisation=None if mig else 81.0,
+                       gpu_memory_mb=3071.0, gpu_memory_total_mb=143771.0, mig=mig)
+    figures = RankFigures(rank=0, host=f'{device}-host', memory_mb=2113.0 if device == 'cuda' else 1480.0,
+                          reserved_mb=2342.0 if device == 'cuda' else None, data_wait=0.031, own_step_s=None,
+                          interval_s=1.0, node=node)
+    return f'ranks: {RanksSummary([figures]).line()}\n'
+
+
+RANKS_CUDA, RANKS_MIG, RANKS_CPU = _ranks_line('cuda'), _ranks_line('cuda', mig=True), _ranks_line('cpu')
 
 
 @pytest.mark.parametrize('device, line, failures', [
     ('cuda', RANKS_CUDA, []),
-    ('cuda', RANKS_CUDA.replace('min 81%', 'n/a (MIG)'), []),  # a MIG slice: NVML gives memory only
+    ('cuda', RANKS_MIG, []),  # a MIG slice: NVML gives memory only
     ('cuda', RANKS_CPU, ['no per-rank memory line', 'no per-rank GPU utilisation and memory line']),  # no NVML
     ('cuda', RANKS_CUDA.split('; data wait')[0].replace('allocated', 'resident') + '\n',
      ['no per-rank memory line', 'no per-rank GPU utilisation and memory line']),

@@ -80,8 +80,8 @@ class RankFiguresHook(Hook):
         self._warned.clear()
         self._run.clear()
         self._fetch = getattr(runner.train_loop, 'fetch_clock', None)
-        if self._fetch is None:
-            runner.logger.warning(
+        if self._fetch is None:  # e.g. mmdet's or mmseg's own tools/train.py on the toolkit's configs:
+            runner.logger.info(  # a normal run there, so a note rather than a warning
                 f'data wait not measured: the train loop {type(runner.train_loop).__name__} does not time its batch '
                 "fetches (the toolkit's ResumableEpochBasedTrainLoop and ResumableIterBasedTrainLoop do; "
                 "ToolkitRunner runs MMEngine's loops as these)")

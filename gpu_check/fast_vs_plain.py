@@ -18,6 +18,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .precision import tf32_off
+
 DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 TOLERANCE = 2e-2  # losses (rtol = atol) and the gradients' relative difference
 FASTER, LIGHTER = 0.95, 0.90  # the rule: fast time at most 0.95x plain's, or peak at most 0.90x
@@ -121,12 +123,8 @@ def fast_vs_plain(device: torch.device, tiny: bool, steps: int = 3) -> dict:
     """Per dtype: both models' first loss, the gradients' relative difference, median step seconds and
     peak bytes (on a GPU) and their ratios; ``failed_checks`` where fast and plain disagree;
     ``fast_default``: whether the rule of docs/speed.md says the fast set should be the GPU default."""
-    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
+    with tf32_off():
         results = {name: _compare(device, tiny, dtype, steps) for name, dtype in DTYPES.items()}
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     failed = []
     for name, result in results.items():
         if not losses_equal(result):

@@ -21,15 +21,15 @@ Where the goldens come from (``source`` in the file and in the step's result):
 loss within ``LOOSER`` (its float32 ``log(1 - p)`` for confident logits, as mmcv's kernel computes
 it, is that far from float64), and five ops under fp16 autocast within ``FP16_TOLERANCE``. Sampling
 positions are kept away from whole pixels, where bilinear sampling's gradient has kinks that two
-implementations may take apart. The inputs are small (the file is about 300 KB).
+implementations may take apart. The inputs are small (the file is about 400 KB).
 """
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Union
+from typing import Dict, List, Union
 
 import torch
 
 from .ops_goldens import _row, compiled_mmcv, failures
+from .precision import tf32_off
 
 __all__ = ['GOLDENS', 'REFERENCE_SOURCE', 'compare', 'failures', 'load_goldens', 'make_goldens',
            'make_inputs', 'make_reference_goldens', 'reference_outputs', 'run_ops']
@@ -164,7 +164,7 @@ def make_goldens(path: Path = GOLDENS, device: str = 'cuda', require_compiled: b
     device = torch.device(device)
     where = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'a CPU'
     inputs = make_inputs()
-    with _no_tf32():
+    with tf32_off():
         outputs = run_ops(inputs, device)
     goldens = dict(inputs=inputs, outputs=outputs,
                    source=f'{"compiled" if compiled_mmcv() else "served"} mmcv {mmcv.__version__} on {where}',
@@ -178,22 +178,11 @@ def load_goldens(path: Path = GOLDENS) -> dict:
     return torch.load(path, map_location='cpu', weights_only=True)
 
 
-@contextmanager
-def _no_tf32() -> Iterator[None]:
-    """cuBLAS and cuDNN in full float32 (TF32 alone moves a float32 result by about 1e-3)."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
-
 def compare(goldens: dict, device: Union[str, torch.device]) -> dict:
     """The installed ops on ``device`` against ``goldens`` in float32 and under fp16 autocast, TF32 off:
     rows, ``all_ok`` over them, and where the goldens came from (``source``)."""
     inputs, want = goldens['inputs'], goldens['outputs']
-    with _no_tf32():
+    with tf32_off():
         got = run_ops(inputs, device)
         with torch.autocast(torch.device(device).type, dtype=torch.float16):
             half = run_ops(inputs, device)

@@ -11,8 +11,9 @@ classes = ('rectangle', 'ellipse', 'triangle')
 metainfo = dict(classes=classes, palette=[(220, 20, 60), (0, 130, 200), (60, 180, 75)])
 image_size = (128, 128)
 channels = 64  # FPN and head width (the recipe's 256 is sized for GPUs)
-# torchvision's RoIAlign: same output, its forward is ~3x faster than mmcv's on a CPU
-roi_layer = dict(type='RoIAlign', sampling_ratio=0, use_torchvision=True)
+# torchvision's RoIAlign: same output, its forward is ~3x faster than mmcv's on a CPU; one sample
+# per bin (the recipe's 0 samples small RoIs 1-2 times a bin) makes its backward cheaper
+roi_layer = dict(type='RoIAlign', sampling_ratio=1, use_torchvision=True)
 
 model = dict(
     backbone=dict(norm_cfg=dict(type='BN', requires_grad=True), init_cfg=None),
@@ -73,8 +74,9 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', begin=0, end=max_epochs, by_epoch=True, eta_min_ratio=0.01,
          convert_to_iter_based=True),
 ]
-# from scratch and short: a higher AdamW LR than the recipe's (tried: 8e-4 learns faster than 4e-4)
-optim_wrapper = dict(optimizer=dict(lr=8e-4), clip_grad=dict(max_norm=10.0))
+# from scratch and short: a higher AdamW LR than the recipe's (tried: 8e-4 learns faster than 4e-4);
+# fused=True: one kernel for all parameters, not a loop over tensors (a tenth of a CPU step)
+optim_wrapper = dict(optimizer=dict(lr=8e-4, fused=True), clip_grad=dict(max_norm=10.0))
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=max_epochs))
 log_processor = dict(window_size=10)
 

@@ -112,14 +112,15 @@ def make_scene(rng: np.random.Generator, size: Tuple[int, int], classes: Sequenc
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float64)
     objects: List[SceneObject] = []
     outlines = []
-    for _ in range(int(rng.integers(1, max_objects + 1))):
-        label = int(rng.integers(len(classes)))
-        outline = _place(rng, classes[label], height, width, objects, min_side=max(2, min(size) // 32))
-        if outline is None:
-            continue
-        objects.append(SceneObject(label, outline, outline.area))
-        outlines.append((label, outline, _object_colour(rng, canvas),
-                         rng.uniform(-25, 25, size=2)))
+    while not objects:  # drawn again if no object found a place: an empty scene teaches a detector nothing
+        for _ in range(int(rng.integers(1, max_objects + 1))):
+            label = int(rng.integers(len(classes)))
+            outline = _place(rng, classes[label], height, width, objects, min_side=max(2, min(size) // 32))
+            if outline is None:
+                continue
+            objects.append(SceneObject(label, outline, outline.area))
+            outlines.append((label, outline, _object_colour(rng, canvas),
+                             rng.uniform(-25, 25, size=2)))
     labels = np.zeros((height, width), np.uint8)
     for label, outline, colour, shading in outlines:
         inside = rasterize(outline, height, width)

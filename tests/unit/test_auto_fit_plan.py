@@ -1,10 +1,11 @@
-"""--auto-fit's arithmetic: the largest padded input of the recipes' pipelines, the candidate plans, and
-when a recorded fit may be reused."""
+"""--auto-fit's arithmetic: the largest padded input of the recipes' pipelines, the candidate plans, the
+memory held beside the probe's peak, and when a recorded fit may be reused."""
 import pytest
 from helpers import ROOT
 from mmengine.config import Config
+from torch import nn
 
-from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, probe_shape
+from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, probe_shape
 
 pytestmark = pytest.mark.quick
 
@@ -63,3 +64,15 @@ def test_a_recorded_fit_is_reused_only_for_the_same_request_world_size_and_devic
     assert recorded.as_meta() == dict(requested=[2, 1], fitted=[1, 2], world_size=8,
                                       device='NVIDIA H100 80GB HBM3', total_memory=85 * 2**30)
 
+
+
+def test_the_memory_beside_the_probe_counts_the_ema_copy_of_parameters_and_buffers():
+    """AdamW: buckets and two moments per trained parameter (4 copies); the EMA copy adds every parameter
+    and buffer once (a BN's running statistics too), frozen ones included."""
+    model = nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10))
+    model[1].weight.requires_grad_(False)
+    cfg = Config(dict(optim_wrapper=dict(optimizer=dict(type='AdamW'))))
+    trained = (110 + 10) * 4  # float32 bytes: the linear layer and the BN's bias
+    everything = (110 + 20) * 4 + (10 + 10) * 4 + 8  # parameters, running mean and var, num_batches_tracked
+    assert extra_bytes(cfg, model, ema=False) == 3 * trained
+    assert extra_bytes(cfg, model, ema=True) == 3 * trained + everything

@@ -5,8 +5,10 @@ Each rank probes a copy of the model (built from the config without weights init
 with one forward and backward under the run's mixed precision and activation checkpointing, at the
 planned images per GPU, on the largest padded input the training pipeline can produce and a stated number
 of ground-truth instances per image (``auto_fit.instances``). On a GPU a try fits when its peak reserved
-memory plus DDP's gradient buckets (one copy of the parameters) and the optimizer's state (by arithmetic)
-stays within 90% of the memory this process may use; on a CPU when it ran without an allocation failure.
+memory plus DDP's gradient buckets (one copy of the parameters), the optimizer's state and, with ``--ema``,
+the averaged copy of the weights (by arithmetic) stays within 90% of the memory this process may use; on
+a CPU when it ran without an allocation failure. The probe runs the backbone eagerly (a ``compile=True``
+backbone's memory may differ).
 The ranks agree after every try (on the control group): while any rank does not fit, all try the next
 candidate, the divisors d of images x accumulation below the planned images with accumulation
 images x accumulation / d, so the effective batch, learning rate and schedule stay the recipe's.
@@ -248,11 +250,14 @@ def _usable_bytes(device: torch.device) -> int:
     return int(min(free, torch.cuda.get_per_process_memory_fraction(device) * total))
 
 
-def _extra_bytes(cfg: Config, model: torch.nn.Module) -> int:
-    """DDP's gradient buckets (one copy of the parameters) and the optimizer's state, by arithmetic."""
+def extra_bytes(cfg: Config, model: torch.nn.Module, ema: bool) -> int:
+    """What the run holds beside the probe's peak, by arithmetic: DDP's gradient buckets (one copy of the
+    trained parameters), the optimizer's state and, with ``ema``, the averaged copy of every parameter
+    and buffer (``hooks/model_ema.py``)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     optimizer = (cfg.get('optim_wrapper') or {}).get('optimizer') or {}
-    return params * (1 + OPTIMIZER_STATE.get(optimizer.get('type'), 2))
+    average = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())) if ema else 0
+    return params * (1 + OPTIMIZER_STATE.get(optimizer.get('type'), 2)) + average
 
 
 @dataclass(frozen=True)
@@ -284,15 +289,16 @@ def _one_rank(cfg: Config, model, images: int, shape, instances: int, amp: Optio
     if device.type != 'cuda':
         return Outcome(rank, host, 'fit', 'ran without an allocation failure')
     need = peak + extra
-    detail = (f'{peak / 2**30:.2f} GiB peak reserved + {extra / 2**30:.2f} GiB buckets and optimizer state '
-              f'of {HEADROOM:.0%} x {usable / 2**30:.2f} GiB usable')
+    detail = (f'{peak / 2**30:.2f} GiB peak reserved + {extra / 2**30:.2f} GiB buckets, optimizer state and any '
+              f'EMA copy of {HEADROOM:.0%} x {usable / 2**30:.2f} GiB usable')
     return Outcome(rank, host, 'fit' if need <= HEADROOM * usable else 'out of memory', detail)
 
 
 def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
-        amp: Optional[str]) -> Tuple[Tuple[int, int], List[str]]:
+        amp: Optional[str], ema: bool = False) -> Tuple[Tuple[int, int], List[str]]:
     """Probe the candidates on every rank with a model built from ``probe_model_cfg`` (the run's model with
-    SyncBN as BN); the (images, accumulation) all ranks fit, and the log lines.
+    SyncBN as BN, without the backbone's ``compile`` option: the probe runs eagerly); the (images,
+    accumulation) all ranks fit, and the log lines. ``ema``: the run keeps an EMA copy of the weights.
 
     Raises ``OutOfMemoryAdvice`` when one image per GPU does not fit, ``AutoFitError`` when a rank failed
     otherwise (its message) or the config does not say the probe's shape."""
@@ -302,7 +308,7 @@ def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
     device = torch.device('cuda', torch.cuda.current_device()) if gpus_present() else torch.device('cpu')
     usable = _usable_bytes(device) if device.type == 'cuda' else 0
     model = _probe_model(probe_model_cfg, device)
-    extra = _extra_bytes(cfg, model)
+    extra = extra_bytes(cfg, model, ema)
     lines = [f'auto-fit: probing {shape[0]}x{shape[1]} inputs with {instances} instances each '
              f'(amp {amp if device.type == "cuda" and amp else "off"}, '
              f'with_cp {bool((cfg.model.get("backbone") or {}).get("with_cp"))})']

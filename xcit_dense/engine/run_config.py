@@ -24,6 +24,7 @@ from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, 
 from ..tasks import task_of_config
 from .auto_fit import FitRecord, device_record, fit, record_from
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
+from .compile import take_compile_option
 from .ddp import NO_FORWARD_BUFFER_SYNC
 from .dist import gpus_present
 from .hooks import ema_hook, toolkit_hooks
@@ -208,9 +209,13 @@ def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
         lines = [f'auto-fit: {fitted[0]} images per GPU x accumulation {fitted[1]}, as the checkpoint recorded '
                  f'for the same request, world size and device (not probed)']
     else:
-        probe_model = deepcopy(cfg.model)
+        probe_model, compiled = take_compile_option(cfg.model)  # the model as the runner builds it
+        probe_model = deepcopy(probe_model)
         replace_sync_bn(probe_model)
-        fitted, lines = fit(cfg, probe_model, *request.requested, amp=args.amp)
+        fitted, lines = fit(cfg, probe_model, *request.requested, amp=args.amp, ema=ema_requested(cfg, args.ema))
+        if compiled:
+            lines.insert(1, 'auto-fit: the probe measures the eager backbone (model.backbone.compile=True: '
+                            "the compiled one's memory may differ)")
         if previous is not None:
             lines.insert(0, f'auto-fit: probing again, not reusing the checkpoint\'s fit: {why}')
     cfg.train_dataloader.batch_size = fitted[0]
@@ -219,12 +224,17 @@ def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
     return fitted, lines
 
 
+def ema_requested(cfg: Config, decay: Optional[float]) -> bool:
+    """Whether the run keeps an EMA of its weights (``--ema DECAY`` or ``model_ema.enable``)."""
+    return decay is not None or bool((cfg.get('model_ema') or {}).get('enable'))
+
+
 def configure_ema(cfg: Config, decay: Optional[float], plan: BatchPlan) -> List[str]:
     """``--ema DECAY`` (or ``model_ema.enable`` in the config): an average of the weights trained beside
     the model (hooks/model_ema.py), updated once per optimizer step; the log line that says so."""
-    settings = dict(cfg.get('model_ema') or {})
-    if decay is None and not settings.get('enable'):
+    if not ema_requested(cfg, decay):
         return []
+    settings = dict(cfg.get('model_ema') or {})
     decay = settings.get('decay', 0.9999) if decay is None else decay
     warmup = settings.get('warmup', 2000)
     cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), ema_hook(decay, warmup)]

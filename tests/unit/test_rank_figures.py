@@ -6,11 +6,12 @@ the loops' fetch timing and the comparisons in-process."""
 import json
 import multiprocessing
 import socket
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import pytest
 import torch
@@ -196,17 +197,136 @@ def test_the_slow_rank_is_compared_with_the_median_of_the_others():
     assert RanksSummary([figures(0, 0.1), figures(1, None)]).slowest() is None
 
 
+class Bucket:
+    """A stand-in for DDP's GradBucket: the clock reads only whether it is the step's last."""
+
+    def __init__(self, last: bool) -> None:
+        self.last = last
+
+    def is_last(self) -> bool:
+        return self.last
+
+
 @pytest.mark.quick
-def test_own_step_times_start_at_a_step_and_end_at_its_first_bucket(monkeypatch):
-    now = iter([10.0, 11.0, 20.0, 20.5, 30.0, 32.0, 40.0, 41.5])
-    monkeypatch.setattr(step_clock.time, 'perf_counter', lambda: next(now))
-    clock = step_clock.StepClock()
-    clock.begin_step(), clock.bucket_ready()  # the run's first step (10 -> 11): not counted
-    clock.begin_step(), clock.bucket_ready(), clock.bucket_ready()  # later buckets of a step change nothing
-    assert clock.take() == [0.5] and clock.take() == []
-    clock.begin_step(), clock.begin_step(), clock.bucket_ready()  # accumulation: two micro-batches, one step
-    clock.begin_step(), clock.bucket_ready()
-    assert clock.take() == [2.0, 1.5]
+def test_own_step_ends_at_the_last_bucket_and_the_wait_at_the_latest_completion(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(step_clock.time, 'perf_counter', lambda: now[0])
+    clock = step_clock.StepClock(torch.device('cpu'))
+
+    def at(t: float, action):
+        now[0] = t
+        return action()
+
+    def bucket(t: float, last: bool) -> torch.futures.Future:
+        future = torch.futures.Future()
+        watched = at(t, lambda: clock.watch(clock.bucket_ready(Bucket(last)), future))
+        return future, watched
+
+    at(0.0, clock.begin_step)  # the run's first step (not counted)
+    first, _ = bucket(1.0, last=True)
+    at(1.5, lambda: first.set_result(torch.ones(1)))
+    at(10.0, clock.begin_step)
+    early, _ = bucket(10.5, last=False)  # an earlier bucket changes nothing of the own time
+    last, watched = bucket(12.0, last=True)
+    at(12.25, lambda: last.set_result(torch.full((1,), 2.0)))
+    at(13.0, lambda: early.set_result(torch.ones(1)))  # completions in no fixed order (gloo): the latest counts
+    assert watched.wait().item() == 2.0  # the all-reduce's value passes through
+    at(20.0, clock.begin_step), at(21.0, clock.begin_step)  # accumulation: two micro-batches, one step
+    only, _ = bucket(23.0, last=True)
+    at(23.5, lambda: only.set_result(torch.ones(1)))
+    assert clock.take() == [step_clock.StepTime(2.0, 1.0), step_clock.StepTime(3.0, 0.5)]
+    assert clock.take() == []
+
+
+class SleepInBackward(torch.autograd.Function):
+    """The identity, whose backward sleeps: a rank computing slowly after its first gradient bucket."""
+
+    @staticmethod
+    def forward(ctx, x, sleep_s: float):
+        ctx.sleep_s = sleep_s
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.sleep_s)
+        return grad, None
+
+
+class TwoBuckets(nn.Module):
+    """Two 4 MB layers, one gradient bucket each (1 MB buckets): the second layer's gradient is the
+    first bucket, then the backward sleeps ``sleep_s``, then the first layer's is the last bucket."""
+
+    def __init__(self, sleep_s: float) -> None:
+        super().__init__()
+        self.first, self.second, self.sleep_s = nn.Linear(1024, 1024), nn.Linear(1024, 1024), sleep_s
+
+    def forward(self, x):
+        return self.second(SleepInBackward.apply(self.first(x), self.sleep_s))
+
+
+def _timed_rank(rank: int, rendezvous: str, results) -> None:
+    """Rank 1 sleeps 0.5 s in its backward after its first bucket; then both ranks run a hook that sleeps
+    50 ms after the clock noted the last bucket ready, before launching its all-reduce."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group('gloo', init_method=f'file://{rendezvous}', rank=rank, world_size=2)
+    try:
+        def steps(ddp, clock: step_clock.StepClock) -> List[step_clock.StepTime]:
+            for _ in range(4):
+                clock.begin_step()
+                ddp(torch.ones(8, 1024)).sum().backward()
+            return clock.take()
+
+        slow_backward = DistributedDataParallel(TwoBuckets(0.5 * rank), bucket_cap_mb=1)
+        slow = steps(slow_backward, step_clock.time_steps(slow_backward))
+        clock = step_clock.StepClock(torch.device('cpu'))
+
+        def sleepy_allreduce(group, bucket):
+            step = clock.bucket_ready(bucket)
+            if bucket.is_last():
+                time.sleep(0.05)
+            return clock.watch(step, allreduce_hook(group, bucket))
+        sleepy_hook = DistributedDataParallel(TwoBuckets(0.0), bucket_cap_mb=1)
+        sleepy_hook.register_comm_hook(None, sleepy_allreduce)
+        results.put((rank, dict(slow=slow, sleepy=steps(sleepy_hook, clock))))
+    except BaseException as exc:  # noqa: B902  (the parent must hear of any failure)
+        results.put((rank, f'FAILED: {exc!r}'))
+        raise
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_rank_slow_after_its_first_bucket_is_slowest_and_its_peer_waits_for_it(tmp_path):
+    """Two gloo ranks: the 0.5 s rank 1 computes after its first bucket is its own step time (it is named
+    slowest), and rank 0 spends it waiting in the all-reduce; a hook that sleeps 50 ms after noting its
+    last bucket shows that time as communication wait on both ranks, not as own step time."""
+    context = multiprocessing.get_context('spawn')
+    results = context.Queue()
+    ranks = [context.Process(target=_timed_rank, args=(r, str(tmp_path / 'rendezvous'), results)) for r in range(2)]
+    for process in ranks:
+        process.start()
+    try:
+        times = dict(results.get(timeout=120) for _ in ranks)
+    finally:
+        for process in ranks:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    assert not any(isinstance(t, str) for t in times.values()), times
+    slow = {rank: t['slow'] for rank, t in times.items()}
+    assert all(len(steps) == 3 for steps in slow.values()), slow  # 4 steps, the first not counted
+    # (differences, not absolute times: the machine may be loaded)
+    assert all(s.own_s >= 0.5 for s in slow[1]), slow
+    assert all(one.own_s - zero.own_s >= 0.3 and zero.wait_s - one.wait_s >= 0.3
+               for zero, one in zip(slow[0], slow[1])), slow
+    summary = RanksSummary([RankFigures(rank=rank, host='node0', memory_mb=1.0, reserved_mb=None, data_wait=0.0,
+                                        own_step_s=statistics.fmean(s.own_s for s in steps), interval_s=1.0)
+                            for rank, steps in sorted(slow.items())])
+    assert summary.slowest()[0].rank == 1
+    sleepy = [s for t in times.values() for s in t['sleepy']]
+    assert len(sleepy) == 6 and all(s.wait_s >= 0.05 for s in sleepy), sleepy
 
 
 @pytest.fixture

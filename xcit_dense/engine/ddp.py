@@ -10,9 +10,9 @@ views (the parameter's) and warns "Grad strides do not match bucket view strides
 same, so ``GradLayoutDDP`` gives each such gradient the parameter's strides (a view, no copy) as soon
 as it is accumulated, before the reducer sees it.
 
-The wrapper also times each rank's own step (``step_clock``: DDP's all-reduce as its communication
-hook, registered once, which notes when the first gradient bucket is ready) for the per-rank
-figures of the log (``hooks.rank_figures``).
+The wrapper also times each rank's own step and its wait in gradient communication (``step_clock``:
+DDP's all-reduce as its communication hook, registered once, which notes when the last gradient bucket
+is ready and when the all-reduces complete) for the per-rank figures of the log (``hooks.rank_figures``).
 """
 import inspect
 
@@ -21,7 +21,7 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
-from .step_clock import time_first_bucket
+from .step_clock import time_steps
 
 # Buffers (BN's running statistics) stay per process: not synced at each forward. torch 2.13 renamed
 # the option (``broadcast_buffers`` is deprecated there, and ``forward_sync_buffers`` unknown before).
@@ -53,10 +53,10 @@ def keep_grad_strides(module: nn.Module) -> None:
 
 @MODEL_WRAPPERS.register_module()
 class GradLayoutDDP(MMDistributedDataParallel):
-    """``MMDistributedDataParallel`` whose gradients match its bucket views, with its ranks' own step
-    times in ``step_clock`` (see the module's doc)."""
+    """``MMDistributedDataParallel`` whose gradients match its bucket views, with its rank's own step
+    times and communication waits in ``step_clock`` (see the module's doc)."""
 
     def __init__(self, module: nn.Module, **kwargs) -> None:
         keep_grad_strides(module)
         super().__init__(module=module, **kwargs)
-        self.step_clock = time_first_bucket(self)
+        self.step_clock = time_steps(self)

@@ -11,10 +11,13 @@ training, a table of each rank's figures over the run.
 Data wait is the time spent inside the train loop's batch fetch, as the toolkit's loops time it
 themselves (``loops.FetchClock``, the loop's ``fetch_clock``). A loop of another type (a config's
 own, not run by ``ToolkitRunner``) has no such clock: the data wait is then not measured, said once in
-the log and as "n/a" in the lines. Communication wait is each rank's share of its iterations (from the
-run's second on, fetches included) spent after its own step time: the iterations' steps
-(``before_train_iter`` to this hook's ``after_train_iter``) less the own step times, over the steps
-and fetches. The network and GPU figures come from ``node_sampler.NodeSampler``'s thread.
+the log and as "n/a" in the lines. Own step time and communication wait come from the DDP wrapper's
+``step_clock`` (its start to the last gradient bucket ready; from there to the last all-reduce's
+completion: host clocks on CPUs, CUDA events on GPUs, so both mean the same on either). The
+communication wait is logged as a share of the rank's iterations (from the run's second on, fetches
+included): the steps' waits over the iterations' time (``before_train_iter`` to this hook's
+``after_train_iter``) plus the fetches. The network and GPU figures come from
+``node_sampler.NodeSampler``'s thread.
 Achieved FLOP/s and MFU: ``model_flops`` (the model counted once per run, by default on GPUs only,
 where a device peak gives MFU; ``flops=True`` counts on CPUs too).
 """
@@ -184,10 +187,12 @@ class RankFiguresHook(Hook):
         memory, reserved = peak_memory_mb(self._device)
         if self._device.type == 'cpu':
             reset_resident_peak()  # (CUDA's peak is reset by the logger's line)
-        own = self._clock.take() if self._clock is not None else []
+        steps = self._clock.take() if self._clock is not None else []
         fetch_s = self._fetch.take() if self._fetch is not None else 0.0
         steps_s, self._steps_s = self._steps_s, 0.0
-        comm_wait = max(steps_s - sum(own), 0.0) / (steps_s + fetch_s) if own and steps_s > 0 else None
+        own = [step.own_s for step in steps]
+        comm_wait = (min(sum(step.wait_s for step in steps) / (steps_s + fetch_s), 1.0)
+                     if steps and steps_s > 0 else None)
         tflops = None
         if self._flops is not None:
             tflops, self._pixels = self._flops.of(self._pixels) / interval / 1e12, []

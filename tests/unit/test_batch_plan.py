@@ -100,6 +100,9 @@ def test_plan_line_says_everything():
     ({'model.backbone.out_indices': [3, 5, 7.5, 11]}, r'model\.backbone\.out_indices=.*expected'),
     ({'model.backbone.with_cp': 'yes'}, r"model\.backbone\.with_cp='yes': expected one of False, True, 'selective'"),
     ({'train_dataloader.batch_size': '2'}, r"train_dataloader\.batch_size='2': expected a positive int"),
+    ({'train_cfg.max_epochs': 2}, r'train_cfg\.max_epochs: this config trains by iteration .*train_cfg\.max_iters=N'),
+    ({'train_cfg.by_epoch': True, 'train_cfg.type': None},  # (MMEngine's other spelling of an epoch loop)
+     r'train_cfg\.max_iters: this config trains by epoch'),
 ])
 def test_wrong_key_or_type_fails_at_load_naming_it(options, message):
     from xcit_dense.builder import load_config
@@ -114,6 +117,14 @@ def test_train_tool_reports_a_bad_config_without_a_traceback(tmp_path):
     assert proc.returncode != 0
     assert 'model.backbone.patch_szie: XCiT has no such argument' in proc.stderr
     assert 'Traceback' not in proc.stderr
+    # the first thing a user tries to shorten a detection run: one error line, no work-dir folder
+    proc = run_tool_in_process('tools/train.py', DET, '--work-dir', tmp_path / 'short', '--cfg-options',
+                               'train_cfg.max_iters=4', cwd=ROOT)
+    assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f'error in {DET}: train_cfg.max_iters: this config trains by epoch '
+                                  '(max_epochs=36); to shorten the run set train_cfg.max_epochs=N'), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / 'short').exists()
     proc = run_tool_in_process('tools/train.py', 'configs/xcit/nope.py', cwd=ROOT)
     assert proc.returncode != 0 and 'config file not found: configs/xcit/nope.py' in proc.stderr
 

@@ -1,12 +1,13 @@
 """Checks run when a config is loaded, so that a typo or a wrong type fails before any work.
 
-The backbone's keys and value types are checked against the ``XCiT`` signature, and the
-batch-related keys against what the batch plan needs; each error names the key.
+The backbone's keys and value types are checked against the ``XCiT`` signature, the training loop's
+length key against its kind, and the batch-related keys against what the batch plan needs; each error
+names the key.
 """
 import collections.abc
 import inspect
 import typing
-from typing import Any
+from typing import Any, Optional
 
 from mmengine.config import Config
 
@@ -61,11 +62,46 @@ def check_backbone(backbone: dict, where: str = 'model.backbone') -> None:
                              f'got {type(value).__name__}')
 
 
+# the length key each kind of training loop takes, and how to shorten a run with it
+_LOOP_LENGTH = {
+    'epoch': ('max_epochs', 'train_cfg.max_epochs=N (and, for fewer images per epoch, '
+                            'train_dataloader.dataset.indices=N)'),
+    'iteration': ('max_iters', 'train_cfg.max_iters=N'),
+}
+
+
+def _loop_kind(train_cfg: dict) -> Optional[str]:
+    """'epoch' or 'iteration' for MMEngine's loops and the toolkit's (by ``type`` or ``by_epoch``), else None."""
+    kind = train_cfg.get('type')
+    name = kind if isinstance(kind, str) else getattr(kind, '__name__', '')
+    if kind is None and 'by_epoch' in train_cfg:
+        return 'epoch' if train_cfg['by_epoch'] else 'iteration'
+    if name.endswith('EpochBasedTrainLoop'):
+        return 'epoch'
+    if name.endswith('IterBasedTrainLoop'):
+        return 'iteration'
+    return None
+
+
+def check_train_loop(train_cfg: dict) -> None:
+    """Refuse the other kind's length key (``max_iters`` in an epoch-based loop, ``max_epochs`` in an
+    iteration-based one), which MMEngine's loops reject with a TypeError once the run has started."""
+    kind = _loop_kind(train_cfg)
+    if kind is None:
+        return
+    own, how = _LOOP_LENGTH[kind]
+    other = next(key for k, (key, _) in _LOOP_LENGTH.items() if k != kind)
+    if other in train_cfg:
+        raise ValueError(f'train_cfg.{other}: this config trains by {kind} ({own}={train_cfg.get(own)!r}); '
+                         f'to shorten the run set {how}')
+
+
 def check_config(cfg: Config) -> None:
     """Validate what can be validated without building anything; raises ValueError naming the key."""
     if 'model' not in cfg:
         raise ValueError('the config has no model')
     check_backbone(cfg.model.get('backbone') or {})
+    check_train_loop(cfg.get('train_cfg') or {})
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         batch = (cfg.get(loader) or {}).get('batch_size')
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):

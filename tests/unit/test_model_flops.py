@@ -1,5 +1,6 @@
 """Achieved FLOP/s arithmetic: the counter's multiply-adds of one shape, against a hand count, to
-training FLOPs per pixel and per image; the peak table and the dtype in use."""
+training FLOPs per pixel and per image; a model with a compiled backbone counted as its eager twin;
+the peak table and the dtype in use."""
 from types import SimpleNamespace
 
 import pytest
@@ -7,8 +8,9 @@ import torch
 from torch import nn
 
 from xcit_dense.analysis.flops import analyse
+from xcit_dense.engine.compile import compile_forward
 from xcit_dense.engine.hooks.rank_figures import image_pixels
-from xcit_dense.engine.model_flops import peak_tflops, roi_scale, training_dtype, training_flops
+from xcit_dense.engine.model_flops import count_training_flops, peak_tflops, roi_scale, training_dtype, training_flops
 
 pytestmark = pytest.mark.quick
 
@@ -30,6 +32,29 @@ def test_the_roi_heads_scale_from_proposals_to_the_training_rois():
     model.roi_head = SimpleNamespace(train_cfg=dict(sampler=dict(num=512)))
     model.rpn_head = SimpleNamespace(test_cfg=dict(max_per_img=1000))
     assert roi_scale(model) == 0.512 and roi_scale(nn.Module()) == 1.0
+
+
+class _Segmentor(nn.Module):
+    """The least of a segmentor that the counter needs: a backbone, and a tensor forward taking samples."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, inputs: torch.Tensor, data_samples: list) -> list:
+        return self.backbone(inputs)
+
+
+def test_a_compiled_backbone_is_counted_as_its_eager_forward(tiny_xcit):
+    """``model.backbone.compile=True``: the counter's jit trace meets the compiled wrapper, which torch
+    refuses to trace before compiling anything (so no C compiler is needed here); the wrapper runs
+    the eager forward while traced, and the count is the eager model's, the compile not given up."""
+    model = _Segmentor(tiny_xcit(embed_dims=32, num_heads=2))
+    eager = count_training_flops(model, (32, 32))
+    forward = compile_forward(model.backbone)
+    compiled = count_training_flops(model, (32, 32))
+    assert (compiled.per_pixel, compiled.per_image) == (eager.per_pixel, eager.per_image)
+    assert eager.per_pixel > 0 and not forward.failed
 
 
 def test_the_peak_is_the_devices_for_the_dtype_in_use():

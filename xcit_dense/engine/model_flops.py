@@ -1,7 +1,8 @@
 """Achieved FLOP/s and model FLOPs utilisation (MFU) of a training run, from the toolkit's counter.
 
 The model's forward is counted once per run (``analysis.flops``, which counts XCA) on one image of
-``COUNT_SHAPE``. The counter counts multiply-adds; a FLOP here is half of one, as in the devices'
+``COUNT_SHAPE`` (a compiled backbone on its eager forward: ``compile.CompiledForward`` runs eagerly
+while traced). The counter counts multiply-adds; a FLOP here is half of one, as in the devices'
 peak figures. Training is taken as three forwards (the backward computes two products per
 forward one); recomputed activations (``with_cp``) are not counted: MFU counts the model's work,
 not the work done. Everything but the RoI heads is scaled by each image's pixels (the counter's

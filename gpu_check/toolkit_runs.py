@@ -63,6 +63,9 @@ EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
 RANK_MEMORY = re.compile(r'ranks: (\d+) rank\(s\): peak memory max (\d+) MB (allocated|resident)')
 RANK_GPU = re.compile(r'ranks: [^\n]*GPU utilisation (?:min (\d+)%|(n/a) \(MIG\))[^\n;]*, '
                       r'GPU memory max (\d+) of (\d+) MB')
+# its achieved FLOP/s (and MFU where the device's peak is known), and its warning where counting the model failed
+ACHIEVED = re.compile(r'ranks: [^\n]*; achieved (\S+ [TG]FLOP/s) per rank(?:, MFU ([\d.]+)%)?')
+NOT_COUNTED = re.compile(r'achieved FLOP/s not measured[^\n]*')
 
 
 @dataclass
@@ -94,6 +97,7 @@ class Expect:
     compiled: bool = False
     recipe_roi_align: bool = False  # the built RoI extractors run mmcv.ops.RoIAlign on mmcv._ext
     rank_lines: Optional[str] = None  # the device type whose per-rank lines the log must hold (RankFiguresHook)
+    flops: Optional[str] = None  # the device type: the achieved FLOP/s logged on CUDA, and no failed count anywhere
 
 
 def free_port() -> int:
@@ -302,6 +306,13 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
             failed.append(f'trained epochs {epochs}, from epoch {expect.first_epoch} expected')
     if expect.rank_lines:
         failed += _judge_rank_lines(out, expect.rank_lines, result)
+    if expect.flops:
+        achieved, not_counted = ACHIEVED.findall(out), NOT_COUNTED.search(out)
+        rate, mfu = achieved[-1] if achieved else (None, None)
+        result['achieved'] = dict(rate=rate, mfu_percent=float(mfu) if mfu else None)
+        if not_counted or (expect.flops == 'cuda' and not achieved):
+            failed.append(not_counted.group(0) if not_counted else 'no achieved FLOP/s in the per-rank lines '
+                          '("achieved ... per rank, MFU ...", RankFiguresHook)')
     if expect.compiled:
         eager = EAGER_FALLBACK.search(out)
         result['compiled'] = eager is None
@@ -430,7 +441,8 @@ class TrainingSteps:
                     seconds=round(sum(r.get('seconds', 0) for r in runs.values()), 1), failed_checks=failed)
 
     def compile(self, timeout: float) -> dict:
-        """The UperNet demo with the backbone compiled in training, then validated."""
+        """The UperNet demo with the backbone compiled in training, then validated; on a GPU its per-rank
+        lines give the achieved FLOP/s (the model counted on its backbone's eager forward)."""
         run = dist_train(self.seg, self.work / 'seg', [], timeout)
         return judge(run, Expect(backend=self.backend, metric='mIoU', compiled=True,
-                                 syncbn_kept=self.device == 'cuda'))
+                                 syncbn_kept=self.device == 'cuda', flops=self.device))

@@ -408,3 +408,32 @@ def test_a_detector_run_fails_without_its_per_rank_memory_and_gpu_lines(tmp_path
         lines = result['rank_lines']
         assert lines['memory_lines'] == 1 and lines['peak_memory_mb'] in (2113, 1480)
         assert device == 'cpu' or lines['gpu_memory_mb'] == 3071 and lines['gpu_utilisation'] in (81.0, 'n/a (MIG)')
+
+
+def _achieved_line(mfu) -> str:
+    """RankFiguresHook's line on a GPU where the model's FLOPs were counted, with MFU where the peak is known."""
+    figures = RankFigures(rank=0, host='cuda-host', memory_mb=2113.0, reserved_mb=2342.0, data_wait=0.031,
+                          own_step_s=None, interval_s=1.0, tflops=41.3, mfu=mfu)
+    return f'ranks: {RanksSummary([figures]).line()}\n'
+
+
+NOT_COUNTED = ('12/05 14:48:23 - mmengine - WARNING - achieved FLOP/s not measured: counting the model failed '
+               '(RuntimeError: Detected that you are using FX to torch.jit.trace a dynamo-optimized function.)\n')
+
+
+@pytest.mark.parametrize('device, line, failures, achieved', [
+    ('cuda', _achieved_line(0.042), [], dict(rate='41.30 TFLOP/s', mfu_percent=4.2)),
+    ('cuda', _achieved_line(None), [], dict(rate='41.30 TFLOP/s', mfu_percent=None)),  # the peak unknown
+    ('cuda', NOT_COUNTED + RANKS_CUDA, ['achieved FLOP/s not measured'], None),
+    ('cuda', RANKS_CUDA, ['no achieved FLOP/s in the per-rank lines'], None),
+    ('cpu', RANKS_CPU, [], None),  # CPUs count only where the config asks
+    ('cpu', NOT_COUNTED + RANKS_CPU, ['achieved FLOP/s not measured'], None),
+])
+def test_the_compile_step_fails_where_the_model_was_not_counted(tmp_path, device, line, failures, achieved):
+    """The compiled UperNet's log (``Expect.flops``): on CUDA the per-rank lines give the achieved FLOP/s
+    (the compiled backbone counted on its eager forward), and on no device did counting fail."""
+    output = 'process group: gloo\n' + line + 'Iter(train) [1/2]  loss: 2.5\n'
+    result = toolkit_runs.judge(toolkit_runs.Run(0, output, tmp_path),
+                                toolkit_runs.Expect(backend='gloo', flops=device))
+    assert [reason.split(' (')[0].split(':')[0] for reason in result['failed_checks']] == failures
+    assert result['achieved'] == (achieved or dict(rate=None, mfu_percent=None))

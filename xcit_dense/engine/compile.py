@@ -51,14 +51,19 @@ def _compiled(fn):
 
 
 class CompiledForward:
-    """A module's ``forward``, compiled, or eager once compiling failed (``failed``)."""
+    """A module's ``forward``, compiled, or eager once compiling failed (``failed``).
+
+    Eager, without compiling, while ``torch.jit`` traces it: torch refuses to trace a dynamo-optimised
+    function, and the FLOP counters (``analysis.flops``, a run's MFU) trace the model. The trace is
+    no failure to compile: the next call outside it compiles.
+    """
 
     def __init__(self, module: nn.Module):
         self.module, self.failed = module, False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module, eager = self.module, type(self.module).forward
-        if self.failed:
+        if self.failed or torch.jit.is_tracing():
             return eager(module, *args, **kwargs)
         if find_c_compiler() is None:
             self._run_eagerly('torch.compile needs a C compiler (inductor on CPUs, Triton on GPUs) and none was '

@@ -1,7 +1,8 @@
 """Achieved FLOP/s and model FLOPs utilisation (MFU) of a training run, from the toolkit's counter.
 
 The model's forward is counted once per run (``analysis.flops``, which counts XCA) on one image of
-``COUNT_SHAPE``. The counter counts multiply-adds; a FLOP here is half of one, as in the devices'
+``COUNT_SHAPE`` (a compiled backbone on its eager forward: ``compile.CompiledForward`` runs eagerly
+while traced). The counter counts multiply-adds; a FLOP here is half of one, as in the devices'
 peak figures. Training is taken as three forwards (the backward computes two products per
 forward one); recomputed activations (``with_cp``) are not counted: MFU counts the model's work,
 not the work done. Everything but the RoI heads is scaled by each image's pixels (the counter's
@@ -13,9 +14,13 @@ padding to the batch.
 
 MFU = achieved FLOP/s / the device's peak for the dtype in use: bf16 or fp16 under AMP, TF32 when
 torch lets float32 matrix products use it, else fp32. ``PEAK_TFLOPS`` holds the dense peaks of
-common GPUs by name; ``RankFiguresHook(peak_tflops=...)`` overrides it.
+common GPUs by name; ``RankFiguresHook(peak_tflops=...)`` overrides it. A name matches a table entry
+when it holds each of the entry's words as a whole word ("RTX A1000" is no A100), the entry with the
+most words winning ("H100 NVL" over "H100"). A MIG slice (a name with the word "MIG") has the share
+of the whole part's peak that its multiprocessors are of the part's (``FULL_MULTIPROCESSORS``).
 """
-from typing import Dict, Optional, Sequence
+import re
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -23,25 +28,54 @@ from torch import nn
 COUNT_SHAPE = (512, 512)
 TRAINING_FORWARDS = 3
 # dense (not sparse) peak TFLOP/s by dtype, from the vendors' data sheets; matched against the
-# device name by the first key it contains (longer names first)
+# device name by whole words (see the module)
 PEAK_TFLOPS: Dict[str, Dict[str, float]] = {
     'H200': dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
-    'H100 PCIe': dict(bf16=756.0, fp16=756.0, tf32=378.0, fp32=51.2),
+    'GH200': dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),  # its GPU: an H100 SXM's figures
+    'H200 NVL': dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
     'H100': dict(bf16=989.4, fp16=989.4, tf32=494.7, fp32=66.9),
+    'H100 PCIe': dict(bf16=756.0, fp16=756.0, tf32=378.0, fp32=51.2),
+    'H100 NVL': dict(bf16=835.5, fp16=835.5, tf32=417.5, fp32=60.0),
     'A100': dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
     'L40S': dict(bf16=362.1, fp16=362.1, tf32=183.0, fp32=91.6),
     'A10': dict(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2),
     'V100': dict(fp16=125.0, fp32=15.7),
 }
+# the multiprocessors of the whole part, for the parts that MIG divides (a slice's peak is its share)
+FULL_MULTIPROCESSORS: Dict[str, int] = {
+    'H200': 132, 'GH200': 132, 'H200 NVL': 132, 'H100': 132, 'H100 PCIe': 114, 'H100 NVL': 132, 'A100': 108,
+}
 
 
-def peak_tflops(device_name: str, dtype: str, table: Optional[Dict[str, Dict[str, float]]] = None) -> Optional[float]:
-    """The peak of ``device_name`` for ``dtype`` ('bf16', 'fp16', 'tf32', 'fp32'); None when unknown."""
+def _words(name: str) -> List[str]:
+    return re.findall(r'[a-z0-9]+', name.lower())
+
+
+def is_mig(device_name: str) -> bool:
+    """Whether the device is a MIG slice of a GPU (CUDA names it "<GPU> MIG <profile>")."""
+    return 'mig' in _words(device_name)
+
+
+def table_entry(device_name: str, table: Dict[str, Any]) -> Optional[str]:
+    """The table's key for ``device_name``: all its words in the name, the key with the most words."""
+    words = set(_words(device_name))
+    matches = [key for key in table if set(_words(key)) <= words]
+    return max(matches, key=lambda key: len(_words(key)), default=None)
+
+
+def peak_tflops(device_name: str, dtype: str, table: Optional[Dict[str, Dict[str, float]]] = None,
+                multiprocessors: Optional[int] = None) -> Optional[float]:
+    """The peak of ``device_name`` for ``dtype`` ('bf16', 'fp16', 'tf32', 'fp32'); None when unknown.
+
+    A MIG slice's peak is the whole part's scaled by ``multiprocessors`` (the slice's, as CUDA's device
+    properties give them) over the part's; None where either count is unknown."""
     table = PEAK_TFLOPS if table is None else table
-    for name in sorted(table, key=len, reverse=True):
-        if name.lower() in device_name.lower():
-            return table[name].get(dtype)
-    return None
+    key = table_entry(device_name, table)
+    peak = table[key].get(dtype) if key is not None else None
+    if peak is None or not is_mig(device_name):
+        return peak
+    full = FULL_MULTIPROCESSORS.get(key)
+    return peak * multiprocessors / full if full and multiprocessors else None
 
 
 def training_dtype(optim_wrapper) -> str:

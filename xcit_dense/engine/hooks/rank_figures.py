@@ -35,7 +35,7 @@ from mmengine.registry import HOOKS
 
 from ..collectives import gather_objects
 from ..dist import begin_step_bound, end_step_bound, gpus_present, wait_bound_s, world_size
-from ..model_flops import COUNT_SHAPE, TrainingFlops, count_training_flops, peak_tflops, training_dtype
+from ..model_flops import COUNT_SHAPE, TrainingFlops, count_training_flops, is_mig, peak_tflops, training_dtype
 from ..node_sampler import NodeSampler, group_interface, open_rank_gpu
 from ..rank_stats import RankFigures, RanksSummary, peak_memory_mb, rate_text, reset_resident_peak
 
@@ -105,9 +105,13 @@ class RankFiguresHook(Hook):
         self._flops, self._pixels, self._peak = self._model_flops(runner), [], None
         if self._flops is not None:
             dtype = training_dtype(runner.optim_wrapper)
-            name = torch.cuda.get_device_name(self._device) if self._device.type == 'cuda' else 'CPU'
-            self._peak = self._peak_override or peak_tflops(name, dtype)
-            peak = f'{self._peak:g} TFLOP/s' if self._peak else 'unknown (no MFU; RankFiguresHook peak_tflops sets it)'
+            name, multiprocessors = 'CPU', None
+            if self._device.type == 'cuda':
+                properties = torch.cuda.get_device_properties(self._device)
+                name, multiprocessors = properties.name, properties.multi_processor_count
+            self._peak = self._peak_override or peak_tflops(name, dtype, multiprocessors=multiprocessors)
+            peak = (f'{self._peak:g} TFLOP/s' if self._peak else
+                    f"{'n/a (MIG)' if is_mig(name) else 'unknown'} (no MFU; RankFiguresHook peak_tflops sets it)")
             runner.logger.info(
                 f'training FLOPs counted at {COUNT_TEXT}: {self._flops.per_pixel:.4g} per pixel and '
                 f'{self._flops.per_image:.4g} per image (RoI heads); {dtype} peak of {name}: {peak}')

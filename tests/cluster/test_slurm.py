@@ -126,6 +126,7 @@ def test_preemption_mid_epoch_checkpoints_requeues_and_ends_as_the_uninterrupted
     assert job_field(slurm, job, 'Restarts') == '1'
     assert 'SIGUSR1 received: saving a checkpoint at iteration' in text
     assert f'requeueing Slurm job {job}' in text
+    assert re.search(rf'checkpoint saved: \S*iter_\d+\.pth; stopping for the requeue of Slurm job {job}', text)
     saved = int(re.search(r'saving a checkpoint at iteration (\d+)', text).group(1))
     assert 4 < saved < 8, saved  # inside the second epoch
     assert f'resumed epoch: 1, iter: {saved}' in text

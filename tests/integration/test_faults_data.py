@@ -239,6 +239,7 @@ def test_sigterm_in_the_bad_sample_retry_loop_stops_at_once_with_the_last_checkp
     # until the stopping process ends it, so its tries tell nothing of the stop)
     log = read_log(work_dir)
     assert 'SIGTERM received: saving a checkpoint at iteration 1' in log
+    assert f'checkpoint saved: {work_dir / "iter_1.pth"}; stopping (--resume continues the run)' in log
     checkpoint = torch.load(work_dir / 'iter_1.pth', weights_only=False)
     assert checkpoint['meta']['iter'] == 1 and 'state_dict' in checkpoint
     assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_1.pth')

@@ -121,10 +121,13 @@ class PreemptionHook(Hook):
         runner.save_checkpoint(runner.work_dir, filename, by_epoch=False, meta=dict(iter=step),
                                backend_args=dict(ATOMIC_WRITES))
         if runner.rank == 0:
-            write_pointer(runner.work_dir, os.path.join(runner.work_dir, filename))
+            path = os.path.join(runner.work_dir, filename)
+            write_pointer(runner.work_dir, path)
             job = os.environ.get('SLURM_JOB_ID')
             if job:
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
+            runner.logger.info(f'checkpoint saved: {path}; stopping '
+                               + (f'for the requeue of Slurm job {job}' if job else '(--resume continues the run)'))
         meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
         raise Preempted(signum)

@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument('--check', action='store_true', help='compare with PyTorch through onnxruntime')
     args = parser.parse_args()
     module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
-    print(f'wrote {args.out}')
+    print(f'wrote {args.out}' + ('' if args.checkpoint else ' (random weights: no --checkpoint given)'))
     if args.check:
         error = max_abs_error(args.out, module, torch.rand(1, 3, *args.shape))
         print(f'largest difference onnxruntime vs PyTorch: {error:.3g}')

@@ -1,8 +1,10 @@
 """Building mmdet/mmseg models from this toolkit's configs, outside a Runner."""
-from typing import Optional, Union
+import logging
+from contextlib import contextmanager
+from typing import Iterator, Optional, Union
 
 from mmengine.config import Config
-from mmengine.logging import print_log
+from mmengine.logging import MMLogger, print_log
 from mmengine.model import revert_sync_batchnorm
 from torch import nn
 
@@ -23,6 +25,20 @@ def load_config(config: Union[str, Config], cfg_options: Optional[dict] = None) 
     return cfg
 
 
+@contextmanager
+def quiet_current_logger(level: int = logging.WARNING) -> Iterator[None]:
+    """MMEngine's current logger at ``level`` or above for the block: a model's ``init_weights`` logs each
+    parameter's initialisation (over a thousand lines for Mask R-CNN), meant for a run's log file, not for
+    the terminal of a tool that only builds the model."""
+    logger = MMLogger.get_current_instance()
+    old = logger.level
+    logger.setLevel(max(old, level))
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 def build_model(config: Union[str, Config], cfg_options: Optional[dict] = None,
                 init: bool = True) -> nn.Module:
     """Build ``cfg.model`` in the config's ``default_scope`` (mmdet or mmseg).
@@ -37,5 +53,6 @@ def build_model(config: Union[str, Config], cfg_options: Optional[dict] = None,
         print_log('SyncBN converted to BN: single-process model', logger='current')
         model = revert_sync_batchnorm(model)
     if init:
-        model.init_weights()
+        with quiet_current_logger():
+            model.init_weights()
     return model

@@ -1,6 +1,7 @@
 """ONNX export: onnxruntime matches PyTorch to 1e-4, the backbone at sizes other than the traced one."""
+import pytest
 import torch
-from helpers import randomize_
+from helpers import ROOT, randomize_, run_tool_in_process
 
 from xcit_dense.analysis.onnx_export import BACKBONE_OUTPUTS, TensorForward, export, max_abs_error
 from xcit_dense.builder import build_model
@@ -23,3 +24,26 @@ def test_segmentor_tensor_forward(tmp_path):
     path = str(tmp_path / 'segmentor.onnx')
     export(TensorForward(model), path, (64, 64), ['logits'], dynamic=False)
     assert max_abs_error(path, TensorForward(model), torch.rand(1, 3, 64, 64)) < 1e-4
+
+
+@pytest.mark.slow  # an export of its own (about 20 s); the main stage checks the quiet build below
+def test_the_export_tool_says_its_weights_are_random_and_logs_no_initialisation(tmp_path):
+    """docs/analysis.md's first ONNX command: two result lines, not MMEngine's per-parameter init log."""
+    out, config = tmp_path / 'backbone.onnx', tmp_path / 'tiny.py'
+    config.write_text(f"_base_ = {str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')!r}\n"
+                      'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '
+                      'neck=dict(in_channels=[64] * 4))\n')
+    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--shape', '64', '64', '--check', cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f'wrote {out} (random weights: no --checkpoint given)' in proc.stdout
+    assert 'largest difference onnxruntime vs PyTorch' in proc.stdout
+    assert 'init_weights' not in proc.stdout and 'Init' not in proc.stdout, proc.stdout[:2000]
+    assert len(proc.stdout.splitlines()) <= 3, proc.stdout[:2000]  # (the SyncBN note, the two results)
+
+
+def test_a_model_built_with_its_initialisation_logs_none_of_it(capsys):
+    """MMEngine's init_weights logs each parameter's initialisation (1,402 lines for a Semantic FPN);
+    built outside a Runner (the export, FLOP and attention tools) the model logs none of it."""
+    build_model('configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py', TINY)
+    out = capsys.readouterr().out
+    assert 'Init' not in out and 'init_weights' not in out and len(out.splitlines()) <= 2, out[:2000]

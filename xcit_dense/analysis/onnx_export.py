@@ -32,7 +32,7 @@ def export(module: nn.Module, path: str, shape: Sequence[int], output_names: Opt
             3: torch.export.Dim('width', min=32, max=8192)} if dynamic else None
     with torch.no_grad():
         program = torch.onnx.export(module.eval(), (image,), input_names=['image'], output_names=output_names,
-                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None)
+                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None, verbose=False)
     program.save(path)
 
 

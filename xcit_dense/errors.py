@@ -18,7 +18,8 @@ class ConfigNotFoundError(ToolkitError, FileNotFoundError):
 
 class RankSetupError(ToolkitError):
     """This process cannot take part in a multi-process run (its wait bounds are set wrongly, its GPU
-    cannot run the ops), found before the process group forms."""
+    cannot run the ops or is not its own), found before the process group forms or, for a GPU that
+    two ranks drive, as it forms."""
 
 
 class Preempted(BaseException):

@@ -1,9 +1,14 @@
 """The GPU path on CPUs: collectives where the backend wants them, one agreement per optimizer step,
 the device of each rank, bf16 training, CUDA RNG states and mmcv's CUDA ops (GPU presence faked)."""
 import ast
+import multiprocessing
+import os
 import re
 import socket
 import sys
+import types
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from mmengine.optim import build_optim_wrapper
 from xcit_dense.builder import build_model
 from xcit_dense.engine import collectives, dist as xdist, run_config, step_agreement
 from xcit_dense.engine.hooks import rng_state
+from xcit_dense.errors import RankSetupError
 
 COLLECTIVES = {'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor', 'broadcast',
                'broadcast_object_list', 'reduce', 'reduce_scatter', 'gather', 'gather_object', 'scatter',
@@ -141,15 +147,158 @@ def test_ddp_gets_the_device_set_for_the_rank(fake_gpus, monkeypatch):
 
 def test_the_device_of_a_rank(monkeypatch):
     assert xdist.cuda_device_index(3, 8) == 3
-    assert xdist.cuda_device_index(5, 1, bound_per_task=True) == 0  # Slurm: one GPU per task
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
     with pytest.raises(RuntimeError, match=r'LOCAL_RANK=2, but this process sees 2 GPU\(s\) '
                                            r'\(CUDA_VISIBLE_DEVICES=0,1\)'):
         xdist.cuda_device_index(2, 2)
-    monkeypatch.setenv('SLURM_LOCALID', '3')
-    assert not xdist._bound_per_task()
-    monkeypatch.setenv('SLURM_GPUS_PER_TASK', '1')
-    assert xdist._bound_per_task()
+
+
+# A node of 8 GPUs in two NUMA domains (GPUs 0-3 and 4-7), its tasks placed in blocks (tasks 0-3 on
+# the first domain, its CPUs and its GPUs' "closest"). Each task's CUDA_VISIBLE_DEVICES by local id:
+EVERY, OWN, PAIR = (lambda i: '0,1,2,3,4,5,6,7'), (lambda i: str(i)), (lambda i: f'{2 * i},{2 * i + 1}')
+DOMAIN = lambda i: ('0,1,2,3', '4,5,6,7')[i // 4]  # noqa: E731
+SHARED = 'sees 4 GPUs'  # the error of a task that shares a subset of the node's GPUs
+# srun's options: (tasks, their SLURM_* variables, their visible GPUs, the physical GPU each task drives or
+# the error; a note of idle GPUs)
+SLURM_BINDINGS = {
+    'tools/slurm_train.sh (--gres=gpu:8, no binding)': (8, {}, EVERY, list(range(8)), ''),
+    '--gpu-bind=none': (8, dict(SLURM_GPU_BIND='none'), EVERY, list(range(8)), ''),
+    '--gpus-per-task=1 (binds since Slurm 21.08)': (8, dict(SLURM_GPUS_PER_TASK='1'), OWN, list(range(8)), ''),
+    '--gpus-per-task=1 before Slurm 21.08 (no binding)': (8, dict(SLURM_GPUS_PER_TASK='1'), EVERY, list(range(8)), ''),
+    '--gpu-bind=single:1': (8, dict(SLURM_GPU_BIND='single:1'), OWN, list(range(8)), ''),
+    '--gpu-bind=map_gpu:0,1,2,3,4,5,6,7': (8, dict(SLURM_GPU_BIND='map_gpu:0,1,2,3,4,5,6,7'), OWN, list(range(8)), ''),
+    '--gpus-per-task=2': (4, dict(SLURM_GPUS_PER_TASK='2'), PAIR, [0, 2, 4, 6], 'leaves the other 1 idle'),
+    '--gpus-per-task=gpu:2': (4, dict(SLURM_GPUS_PER_TASK='gpu:2'), PAIR, [0, 2, 4, 6], 'leaves the other 1 idle'),
+    '--gpu-bind=per_task:2': (4, dict(SLURM_GPU_BIND='per_task:2'), PAIR, [0, 2, 4, 6], 'leaves the other 1 idle'),
+    '--gpu-bind=mask_gpu:0x3,0xc,0x30,0xc0': (4, dict(SLURM_GPU_BIND='mask_gpu:0x3,0xc,0x30,0xc0'), PAIR, [0, 2, 4, 6],
+                                              'leaves the other 1 idle'),
+    '--gpus-per-task=2 --gpu-bind=none': (4, dict(SLURM_GPUS_PER_TASK='2', SLURM_GPU_BIND='none'), EVERY,
+                                          [0, 1, 2, 3], ''),
+    '--gpu-bind=closest': (8, dict(SLURM_GPU_BIND='closest'), DOMAIN, SHARED, ''),
+    '--gpus-per-task=1 --gpu-bind=closest': (8, dict(SLURM_GPUS_PER_TASK='1', SLURM_GPU_BIND='closest'), DOMAIN,
+                                             SHARED, ''),
+    '--gpu-bind=verbose,closest': (8, dict(SLURM_GPU_BIND='verbose,closest'), DOMAIN, SHARED, ''),
+    # two tasks on each of GPUs 0-3: each sees one GPU; check_distinct_gpus stops the run
+    '--gpu-bind=single:2': (8, dict(SLURM_GPU_BIND='single:2'), lambda i: str(i // 2), [0, 0, 1, 1, 2, 2, 3, 3], ''),
+}
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize('options', SLURM_BINDINGS)
+def test_the_device_of_a_slurm_task_by_its_binding(options):
+    """Each task of the node under srun's ``options``: the physical GPU it drives (its device's entry in
+    CUDA_VISIBLE_DEVICES) and the note, or the error that names the options giving each task its own GPU."""
+    tasks, slurm, visible, expected, note = SLURM_BINDINGS[options]
+    envs = [dict(slurm, SLURM_LOCALID=str(i), SLURM_PROCID=str(i), CUDA_VISIBLE_DEVICES=visible(i))
+            for i in range(tasks)]
+    if expected == SHARED:
+        for env in envs:
+            with pytest.raises(RankSetupError) as error:
+                xdist.slurm_device(env, len(env['CUDA_VISIBLE_DEVICES'].split(',')))
+            assert str(error.value).startswith(
+                f"Slurm task {env['SLURM_PROCID']} (local id {env['SLURM_LOCALID']}) sees 4 GPUs "
+                f"(CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}) that other tasks of its node see too (--")
+            assert 'Give each task a GPU of its own: --gpus-per-task=1 without --gpu-bind, or --gpu-bind=single:1' \
+                in str(error.value)
+        return
+    driven, notes = [], set()
+    for env in envs:
+        gpus = env['CUDA_VISIBLE_DEVICES'].split(',')
+        index, said = xdist.slurm_device(env, len(gpus))
+        driven.append(int(gpus[index]))
+        notes.add(said)
+    assert driven == expected
+    assert len(notes) == 1 and note in notes.pop()
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize('launcher,device', [('pytorch', 3), ('slurm', 0)])
+def test_slurm_binding_counts_only_for_slurm_tasks(fake_gpus, monkeypatch, capsys, launcher, device):
+    """torchrun inside a Slurm job whose one task per node holds every GPU (SLURM_GPUS_PER_TASK=8):
+    each worker takes its LOCAL_RANK; a Slurm task bound to 8 GPUs takes the first and says, from its
+    first task, that the others stay idle."""
+    fake_gpus(count=8)
+    for name, value in dict(SLURM_LOCALID=0, SLURM_PROCID=0, SLURM_GPUS_PER_TASK=8, LOCAL_RANK=3).items():
+        monkeypatch.setenv(name, str(value))
+    assert xdist._rank_device(launcher) == device
+    said = capsys.readouterr().err
+    assert ('leaves the other 7 idle' in said) is (launcher == 'slurm')
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize('gpus', [['a', 'b', 'c', 'd'], ['a', 'b', 'a', 'a']])
+def test_ranks_on_one_gpu_stop_every_rank(gpus):
+    """Four ranks (threads) note their GPUs' UUIDs (stand-ins) in one store: with one GPU each, all go
+    on; with three on GPU 'a', every rank stops naming two of them and the third."""
+    store = dist.HashStore()
+    store.set_timeout(timedelta(seconds=60))  # (only a failure waits for it)
+    with ThreadPoolExecutor(len(gpus)) as ranks:
+        outcomes = [ranks.submit(xdist.check_distinct_gpus, store, rank, len(gpus), gpu, f'node1 cuda:{rank}')
+                    for rank, gpu in enumerate(gpus)]
+        errors = [outcome.exception() for outcome in outcomes]
+    if len(set(gpus)) == len(gpus):
+        assert errors == [None] * 4
+        return
+    assert all(isinstance(error, RankSetupError) and str(error) == str(errors[0]) for error in errors)
+    named = re.match(r'rank (\d) \(node1 cuda:\1\) and rank (\d) \(node1 cuda:\2\) drive the same GPU \(UUID a\); '
+                     r'1 more rank\(s\) share a GPU with another rank\. Each rank needs a GPU of its own: under '
+                     r'Slurm --gpus-per-task=1 or --gpu-bind=single:1', str(errors[0]))
+    assert named and {named[1], named[2]} < {'0', '2', '3'} and named[1] != named[2], errors[0]
+
+
+def _rank_on_a_stand_in_gpu(rank: int, port: int, uuid: str, results) -> None:
+    """One of two ranks joining the group through ``init_distributed`` on a stand-in GPU: torch.cuda
+    reports one GPU whose UUID is ``uuid``, the ops check (which needs a real GPU) is left out and gloo
+    serves in NCCL's place. Reports whether the group formed, what it raised and whether the control
+    group (the first use of the group) was opened."""
+    opened = []
+    try:
+        torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: 1)
+        torch.cuda.current_device, torch.cuda.set_device = (lambda: 0), (lambda device: None)
+        torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(uuid=uuid)
+        xdist._check_own_gpu = lambda: None
+        real_init, real_open = dist.init_process_group, collectives.open_control_group
+        dist.init_process_group = lambda backend, **kwargs: real_init('gloo', **kwargs)
+        collectives.open_control_group = lambda *args: opened.append(True) or real_open(*args)
+        os.environ.update(RANK=str(rank), WORLD_SIZE='2', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                          MASTER_PORT=str(port))  # (as on two nodes)
+        os.environ.pop('SLURM_LOCALID', None)
+        backend = xdist.init_distributed('pytorch')
+        results.put((rank, f'formed ({backend})', bool(opened)))
+        xdist.leave_process_group()
+    except BaseException as exc:  # noqa: B902  (the parent must hear of any failure)
+        results.put((rank, f'{type(exc).__name__}: {exc}', bool(opened)))
+    finally:
+        results.close()
+        results.join_thread()  # (the report sent before the process ends)
+        os._exit(0)
+
+
+@pytest.mark.parametrize('shared', [False, True])
+def test_two_ranks_on_one_gpu_stop_as_the_group_forms(shared):
+    """Two forked ranks whose stand-in GPUs have one UUID (``shared``) or two: with one, both stop
+    naming both, the group destroyed before its first use; with two, the group forms."""
+    context = multiprocessing.get_context('fork')  # two real ranks, this process's imports shared
+    results, port = context.Queue(), free_port()
+    ranks = [context.Process(target=_rank_on_a_stand_in_gpu,
+                             args=(r, port, 'GPU-0' if shared else f'GPU-{r}', results)) for r in range(2)]
+    for process in ranks:
+        process.start()
+    try:
+        outcomes = sorted(results.get(timeout=60) for _ in ranks)
+    finally:
+        for process in ranks:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    if not shared:
+        assert outcomes == [(0, 'formed (nccl)', True), (1, 'formed (nccl)', True)]
+        return
+    host = re.escape(socket.gethostname())
+    for rank, said, opened in outcomes:
+        assert re.fullmatch(rf'RankSetupError: rank (0|1) \({host} cuda:0\) and rank (?!\1)[01] \({host} cuda:0\) '
+                            r'drive the same GPU \(UUID GPU-0\)\. Each rank needs a GPU of its own: .*', said), said
+        assert not opened
 
 
 def test_an_out_of_range_local_rank_stops_before_the_group_forms(fake_gpus, monkeypatch):

@@ -24,7 +24,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -43,6 +43,8 @@ _SLURM_HOSTS: List[str] = []  # the hosts of a Slurm job's node list
 _BOUNDS = WaitBounds(0, 0)  # this run's wait bounds (set with the process group)
 _WATCH: Optional[StepWatch] = None  # reports a step that outlives its bound
 _REPORTING = threading.Lock()  # held by whichever of the main thread and the step watch reports a lost peer
+_KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
+_GPUS = f'{_KEY}/gpus'  # the UUIDs of the ranks' GPUs (check_distinct_gpus)
 
 
 def gpus_present() -> bool:
@@ -50,25 +52,77 @@ def gpus_present() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
-def _bound_per_task() -> bool:
-    """Whether Slurm bound GPUs to each task (``--gpus-per-task`` or ``--gpu-bind``): each task then
-    sees its own GPU(s) from device 0 on, whatever its local rank."""
-    return 'SLURM_LOCALID' in os.environ and bool(
-        os.environ.get('SLURM_GPUS_PER_TASK') or os.environ.get('SLURM_GPU_BIND'))
-
-
-def cuda_device_index(local_rank: int, visible: int, bound_per_task: bool = False) -> int:
-    """The CUDA device of a rank: its local rank among the GPUs it sees, or device 0 when Slurm
-    bound one GPU to each task. A local rank beyond the visible GPUs is an error: taking it modulo
-    the count would put two ranks on one GPU (NCCL: "Duplicate GPU detected")."""
-    if bound_per_task and visible >= 1:
-        return 0
+def cuda_device_index(local_rank: int, visible: int) -> int:
+    """The CUDA device of a rank that shares the node's visible GPUs with the node's other ranks: its
+    local rank among them. A local rank beyond the visible GPUs is an error: taking it modulo the
+    count would put two ranks on one GPU (NCCL: "Duplicate GPU detected")."""
     if not 0 <= local_rank < visible:
         cvd = os.environ.get('CUDA_VISIBLE_DEVICES')
         raise RuntimeError(f'LOCAL_RANK={local_rank}, but this process sees {visible} GPU(s)'
                            f"{f' (CUDA_VISIBLE_DEVICES={cvd})' if cvd is not None else ''}: start at "
                            f'most {visible} process(es) per node (GPUS={visible})')
     return local_rank
+
+
+def _gpu_count(value: str) -> Optional[int]:
+    """The count of a Slurm GPU request ('2', 'a100:2'); None for none or another form."""
+    count = value.rpartition(':')[2]
+    return int(count) if count.isdigit() else None
+
+
+def _slurm_binding(env: Mapping[str, str]) -> str:
+    """The task's GPU options as srun was given them, for messages."""
+    options = [f'--{option}={env[name]}' for option, name in (('gpus-per-task', 'SLURM_GPUS_PER_TASK'),
+                                                              ('gpu-bind', 'SLURM_GPU_BIND')) if env.get(name)]
+    return ' '.join(options) or 'no --gpus-per-task or --gpu-bind'
+
+
+def slurm_device(env: Mapping[str, str], visible: int) -> Tuple[int, str]:
+    """The CUDA device of a Slurm task that sees ``visible`` GPUs, and a note for the log ('' for none),
+    from the task's environment ``env`` (SLURM_LOCALID, SLURM_GPUS_PER_TASK, SLURM_GPU_BIND):
+
+    - one visible GPU: device 0 (its own, unless Slurm gave one GPU to several tasks);
+    - the node's GPUs shared by its tasks (no binding; ``--gpu-bind=none``; ``--gpus-per-task`` on
+      Slurm before 21.08, which did not bind): the task's local id among them (``cuda_device_index``);
+    - k GPUs bound to this task alone (``--gpus-per-task=k``, ``--gpu-bind=per_task:k``, a map or mask
+      of the user's): device 0, and a note that k-1 of them stay idle;
+    - GPUs that other tasks see too (``--gpu-bind=closest``: those of the task's NUMA domain, as one
+      task of several there cannot tell which one is its own; any other binding): RankSetupError
+      naming the options that give each task one GPU of its own.
+
+    A binding that still puts two ranks on one GPU is found once the group forms
+    (``check_distinct_gpus``)."""
+    if visible == 1:
+        return 0, ''
+    local = int(env['SLURM_LOCALID'])
+    bind = env.get('SLURM_GPU_BIND', '')
+    kind, _, arg = (bind[len('verbose,'):] if bind.startswith('verbose,') else bind).partition(':')
+    per_task = _gpu_count(env.get('SLURM_GPUS_PER_TASK', ''))
+    if kind == 'none' or (not kind and per_task != visible):
+        return cuda_device_index(local, visible), ''
+    own = {'': per_task, 'per_task': _gpu_count(arg), 'map_gpu': visible, 'mask_gpu': visible}.get(kind)
+    if own == visible:
+        return 0, (f'Slurm bound {visible} GPUs to each task ({_slurm_binding(env)}): each rank uses the first '
+                   f'of its own and leaves the other {visible - 1} idle (--gpus-per-task=1 gives every GPU a rank)')
+    cvd = env.get('CUDA_VISIBLE_DEVICES')
+    raise RankSetupError(
+        f"Slurm task {env.get('SLURM_PROCID', '?')} (local id {local}) sees {visible} GPUs"
+        f"{f' (CUDA_VISIBLE_DEVICES={cvd})' if cvd else ''} that other tasks of its node see too "
+        f'({_slurm_binding(env)}): which one is its own is unknown, and ranks on one GPU stop NCCL '
+        f'("Duplicate GPU detected"). Give each task a GPU of its own: --gpus-per-task=1 without '
+        f'--gpu-bind, or --gpu-bind=single:1 (or leave GPU binding out: each rank then takes the GPU '
+        f'of its local id)')
+
+
+def _rank_device(launcher: str) -> int:
+    """The CUDA device of this process: by Slurm's binding under Slurm (``slurm_device``, its note
+    printed by the first task), else its LOCAL_RANK among the GPUs it sees."""
+    if launcher != 'slurm':
+        return cuda_device_index(int(os.environ.get('LOCAL_RANK', 0)), torch.cuda.device_count())
+    index, note = slurm_device(os.environ, torch.cuda.device_count())
+    if note and os.environ.get('SLURM_PROCID') == '0':
+        print(note, file=sys.stderr, flush=True)
+    return index
 
 
 def job_port(job_id: str) -> int:
@@ -119,8 +173,7 @@ def init_distributed(launcher: str) -> Optional[str]:
                            f'the run with tools/dist_train.sh (torchrun) or tools/slurm_train.sh')
     if gpus_present():
         backend = 'nccl'
-        torch.cuda.set_device(cuda_device_index(int(os.environ.get('LOCAL_RANK', 0)),
-                                                torch.cuda.device_count(), _bound_per_task()))
+        torch.cuda.set_device(_rank_device(launcher))
         _check_own_gpu()
         os.environ.update(nccl_environment(_BOUNDS))
     else:
@@ -134,6 +187,8 @@ def init_distributed(launcher: str) -> Optional[str]:
     else:
         _one_node_network(backend)
         dist.init_process_group(backend, timeout=timeout)
+    if backend == 'nccl':
+        _check_own_gpu_is_distinct()
     collectives.open_control_group(_BOUNDS.wait_s)
     agree_on_restart()  # a collective: every rank learns whether this group is a restarted one
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
@@ -149,6 +204,53 @@ def _check_own_gpu() -> None:
         check_cuda_ops()
     except RuntimeError as exc:
         raise RankSetupError(str(exc)) from None
+
+
+def _check_own_gpu_is_distinct() -> None:
+    """``check_distinct_gpus`` for this process's GPU (its UUID, from torch), once the NCCL group has
+    formed and before its first collective; the group is destroyed before the error is raised."""
+    index = torch.cuda.current_device()
+    cvd = os.environ.get('CUDA_VISIBLE_DEVICES')
+    where = f"{socket.gethostname()} cuda:{index}{f' of CUDA_VISIBLE_DEVICES={cvd}' if cvd else ''}"
+    try:
+        check_distinct_gpus(_store(), dist.get_rank(), dist.get_world_size(),
+                            str(torch.cuda.get_device_properties(index).uuid), where)
+    except RankSetupError:
+        dist.destroy_process_group()
+        raise
+
+
+def check_distinct_gpus(store: dist.Store, rank: int, world_size: int, gpu: str, where: str) -> None:
+    """Stop a run in which two ranks drive one GPU: each rank notes the UUID of its GPU (``gpu``) in the
+    group's ``store``, and once all ``world_size`` ranks have, each learns whether one was noted twice.
+    Raises RankSetupError on every rank, naming two ranks on one GPU (each by ``where``, its host and
+    device) and how many more share one; every rank has read it before any leaves, so the rank that
+    serves the store may exit at once.
+
+    NCCL's own error for this comes at the first collective and says only "invalid usage" (its log,
+    with NCCL_DEBUG=WARN, says "Duplicate GPU detected"); a GPU's UUID tells two ranks on one GPU apart
+    from two ranks on two GPUs that each sees as cuda:0."""
+    mine = f'rank {rank} ({where})'
+    holder = store.compare_set(f'{_GPUS}/{gpu}', '', mine).decode()
+    if holder != mine:
+        store.add(f'{_GPUS}/shared', 1)
+        store.compare_set(f'{_GPUS}/first', '', f'{holder} and {mine} drive the same GPU (UUID {gpu})')
+    _meet_in_store(store, f'{_GPUS}/noted', world_size)
+    shared = store.add(f'{_GPUS}/shared', 0)
+    if not shared:
+        return
+    first = store.get(f'{_GPUS}/first').decode()
+    _meet_in_store(store, f'{_GPUS}/read', world_size)
+    more = f'; {shared - 1} more rank(s) share a GPU with another rank' if shared > 1 else ''
+    raise RankSetupError(f'{first}{more}. Each rank needs a GPU of its own: under Slurm --gpus-per-task=1 or '
+                         f'--gpu-bind=single:1, not --gpu-bind=closest (see docs/multi-node.md)')
+
+
+def _meet_in_store(store: dist.Store, name: str, world_size: int) -> None:
+    """Wait until all ``world_size`` ranks have arrived at ``name`` (within the store's timeout)."""
+    if store.add(f'{name}/arrived', 1) == world_size:
+        store.set(f'{name}/all', '1')
+    store.wait([f'{name}/all'])
 
 
 def _one_node_network(backend: str) -> None:
@@ -225,7 +327,6 @@ def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> 
         print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
 
 
-_KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
 # what gloo and NCCL say when a peer process is gone, or stopped (their errors are plain RuntimeErrors)
 _PEER_GONE = ('Connection reset by peer', 'Connection closed by peer', 'Broken pipe',
               'Connection refused', 'NCCL communicator was aborted', 'remote process exited',

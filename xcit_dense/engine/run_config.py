@@ -64,8 +64,8 @@ def adapt_to_machine(cfg: Config) -> None:
     """SyncBN -> BN without a process group or without a GPU; DDP on the device set for this rank.
 
     A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one). MMEngine
-    gives DDP ``device_ids=[LOCAL_RANK]``, which is not the device set when Slurm binds one GPU
-    per task (engine/dist.py's ``cuda_device_index``): the wrapper gets the current device."""
+    gives DDP ``device_ids=[LOCAL_RANK]``, which is not the device set when Slurm binds GPUs to
+    tasks (engine/dist.py's ``slurm_device``): the wrapper gets the current device."""
     on_gpu, grouped = gpus_present(), dist.is_initialized()
     if not grouped or not on_gpu:
         if replace_sync_bn(cfg.model):

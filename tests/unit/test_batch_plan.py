@@ -76,7 +76,7 @@ def test_keep_total_batch_that_does_not_divide_names_the_numbers():
 
 
 def test_keep_total_batch_excludes_an_explicit_accumulation():
-    with pytest.raises(ValueError, match='not both'):
+    with pytest.raises(ValueError, match='give either --accumulation or --keep-total-batch, not both'):
         plan_for(SEG, 2, 2, accumulation=2, keep=True)
 
 

@@ -187,7 +187,8 @@ def test_auto_is_fast_without_a_gpu_and_plain_with_one_said_in_the_log(tiny_xcit
         model = tiny_xcit()
     assert model.fast_layers and type(model.blocks[0]) is fast.fast_layers.FastXCABlock
     assert _said(records) == [
-        ('XCiT: fast layers on: no GPU in this run (fast_layers=False gives the plain layers)', logging.INFO)]
+        ("XCiT: the CPU's fast layers (the default on CPUs; model.backbone.fast_layers=False gives the plain layers)",
+         logging.INFO)]
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     with log_records() as records:
         model = tiny_xcit()

@@ -72,13 +72,13 @@ def resolve_batch_plan(cfg: Config, world_size: int, accumulation: Optional[int]
     reference = _positive_int(auto['base_batch_size'], 'auto_scale_lr.base_batch_size')
     if keep_total_batch:
         if accumulation is not None:
-            raise ValueError('give either an accumulation or keep-total-batch, not both')
+            raise ValueError('give either --accumulation or --keep-total-batch, not both')
         per_step = world_size * images
         if reference % per_step:
             raise ValueError(
                 f'the reference total batch {reference} is not a multiple of world size {world_size} '
                 f'x {images} images per GPU = {per_step}: change the number of GPUs or '
-                f'train_dataloader.batch_size so that it divides {reference}, or drop keep-total-batch')
+                f'train_dataloader.batch_size so that it divides {reference}, or drop --keep-total-batch')
         accumulation = reference // per_step
     if accumulation is None:
         accumulation = cfg.optim_wrapper.get('accumulative_counts', 1)

@@ -66,8 +66,8 @@ def _wants_fast_layers(choice: FastLayers) -> bool:
     if torch.cuda.is_available():
         print_log('XCiT: plain layers on cuda: the fast set has not been measured on a GPU', logger='current')
         return False
-    print_log('XCiT: fast layers on: no GPU in this run (fast_layers=False gives the plain layers)',
-              logger='current')
+    print_log("XCiT: the CPU's fast layers (the default on CPUs; model.backbone.fast_layers=False gives the "
+              'plain layers)', logger='current')
     return True
 
 

@@ -143,17 +143,26 @@ def det_config_lines(work: Path, sizes: Sizes) -> List[str]:
 
 def seg_config_lines(work: Path, sizes: Sizes) -> List[str]:
     """A user's config over the UperNet demo: SyncBN, the generated set, the backbone compiled in
-    training, a few iterations then validation."""
+    training, a few iterations then validation. One input size in training and validation: the
+    pipelines resize to the image size the preprocessor pads to (the demo's 128-px ``Resize`` kept
+    under a larger preprocessor size gives validation a second size, which the compiled backbone
+    meets with a recompile for symbolic sizes)."""
     data = f"{work / 'ade'}/"
     image = (sizes.image, sizes.image)
     backbone = dict(sizes.backbone or {}, compile=True, norm_cfg=dict(type='SyncBN', requires_grad=True))
     heads = ("decode_head=dict(in_channels=[64] * 4, channels=32), "
              "auxiliary_head=dict(in_channels=64, channels=16)") if sizes.backbone else ''
+    load = "dict(type='LoadImageFromFile', color_type='color_ignore_orientation')"  # as the demo's
+    resize = f"dict(type='Resize', scale={image!r}, keep_ratio=True)"
+    loader = f'batch_size=2, num_workers=2, dataset=dict(data_root={data!r}, pipeline='
     iters = sizes.seg_iters
     return [f'_base_ = [{str(SEG_DEMO)!r}]',
             f'model = dict(data_preprocessor=dict(size={image!r}), backbone={backbone!r}, {heads})',
-            f'train_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
-            f'val_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
+            f"train_pipeline = [{load}, dict(type='LoadAnnotations'), {resize}, dict(type='RandomFlip', prob=0.5), "
+            "dict(type='PackSegInputs')]",
+            f"test_pipeline = [{load}, {resize}, dict(type='LoadAnnotations'), dict(type='PackSegInputs')]",
+            f'train_dataloader = dict({loader}train_pipeline))',
+            f'val_dataloader = dict({loader}test_pipeline))',
             'test_dataloader = val_dataloader',
             f'train_cfg = dict(max_iters={iters}, val_interval={iters})',
             f'param_scheduler = [dict(type="ConstantLR", factor=1.0, by_epoch=False, begin=0, end={iters})]',

@@ -98,6 +98,30 @@ def test_planted_faults_fail_their_steps_and_the_exit_status(tmp_path, monkeypat
     assert 'FAILED: no "RNG states restored' in (tmp_path / 'gpu_check.md').read_text()
 
 
+def test_the_compiled_upernet_trains_and_validates_at_one_input_size(tmp_path):
+    """The compile step's config at the GPU's sizes: a batch of its training pipeline through the
+    preprocessor in training and one of its validation pipeline in evaluation have one input size, the
+    run's image size (the demo's 128-px Resize under a 256-px preprocessor gave validation 128 px: a
+    second size, which the compiled backbone meets with a recompile for symbolic sizes)."""
+    from mmengine import Config
+    from mmengine.dataset import pseudo_collate
+    from mmengine.registry import DATASETS, MODELS, DefaultScope
+    from xcit_dense.datasets.synthetic import write_segmentation_set
+    sizes = toolkit_runs.Sizes.for_run(tiny=False)
+    image = (sizes.image, sizes.image)
+    for split in ('training', 'validation'):
+        write_segmentation_set(tmp_path / 'ade', split, 1, size=image)
+    config = toolkit_runs.write_config(tmp_path / 'upernet.py', toolkit_runs.seg_config_lines(tmp_path, sizes))
+    cfg = Config.fromfile(str(config))
+    shapes = {}
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        preprocessor = MODELS.build(cfg.model.data_preprocessor)
+        for loader, training in (('train_dataloader', True), ('val_dataloader', False)):
+            dataset = DATASETS.build(dict(cfg[loader].dataset, serialize_data=False))  # (its gc.collect: 1 s)
+            shapes[loader] = tuple(preprocessor(pseudo_collate([dataset[0]]), training)['inputs'].shape[-2:])
+    assert shapes == dict(train_dataloader=image, val_dataloader=image)
+
+
 def test_a_log_with_a_non_finite_loss_without_its_metric_or_compiling_nothing_fails(tmp_path):
     output = ('process group: gloo, 1 processes\n'
               'XCiT: torch.compile failed, running eagerly (BackendCompilerFailed: no compiler)\n'

@@ -106,6 +106,7 @@ def test_the_compiled_upernet_trains_and_validates_at_one_input_size(tmp_path):
     from mmengine import Config
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import DATASETS, MODELS, DefaultScope
+
     from xcit_dense.datasets.synthetic import write_segmentation_set
     sizes = toolkit_runs.Sizes.for_run(tiny=False)
     image = (sizes.image, sizes.image)
@@ -183,7 +184,8 @@ def test_the_served_ops_goldens_are_the_reference_of_todays_inputs(tmp_path):
 @pytest.mark.slow  # the served ops twice (float32 and fp16 autocast) in-process: about 5 s on a loaded CPU
 def test_a_served_op_off_mmcvs_semantics_fails_its_step_naming_it(tmp_path, monkeypatch):
     """RoIPool's far corner without its +1 pixel (torchvision's and a careless port's rule): the
-    served_ops step fails on RoIPool's rows only, and the report names the goldens' source."""
+    served_ops step fails on RoIPool's float32 rows only (its fp16 row compares the fp16 path with the
+    float32 one, which the fault moves alike), and the report names the goldens' source."""
     import importlib
     ext = importlib.import_module('mmcv.ops.roi_pool').ext_module  # (mmcv.ops.roi_pool is also the function)
     real = ext.roi_pool_forward
@@ -198,8 +200,33 @@ def test_a_served_op_off_mmcvs_semantics_fails_its_step_naming_it(tmp_path, monk
     served = json.loads((tmp_path / 'gpu_check.json').read_text())['steps']['served_ops']
     assert status == 1 and served['all_ok'] is False
     assert {reason.split(':')[0] for reason in served['failed']} == {
-        'roi_pool', 'roi_pool_grad', 'roi_pool under fp16 autocast'}, served['failed']
+        'roi_pool', 'roi_pool_grad'}, served['failed']
     assert f'- source: {served_ops_goldens.REFERENCE_SOURCE}' in (tmp_path / 'gpu_check.md').read_text()
+
+
+@pytest.mark.slow  # the served ops three times (float32, half-rounded in float32, fp16) in-process: about 10 s loaded
+def test_the_served_ops_fp16_rows_feed_fp16_inputs_and_fail_on_a_fault_of_the_half_path_only(monkeypatch):
+    """RoIPool 5% off for fp16 inputs only (a half path gone wrong): its fp16 row fails and no other
+    row does, so the fp16 rows ran the ops on fp16 inputs (autocast leaves the inputs of mmcv.ops'
+    Functions as they are: fed float32, the fp16 rows repeated the float32 ones). The result names
+    the ops compared in float32 only and what the fp16 rows test with the served ops on a CPU."""
+    import importlib
+    ext = importlib.import_module('mmcv.ops.roi_pool').ext_module
+    real = ext.roi_pool_forward
+
+    def off_for_half(input, rois, output, *args, **kwargs):
+        real(input, rois, output, *args, **kwargs)
+        if input.dtype == torch.float16:
+            output.mul_(1.05)
+
+    monkeypatch.setattr(ext, 'roi_pool_forward', off_for_half)
+    served = check.check_served_ops(torch.device('cpu'))
+    assert [row['op'] for row in served['rows'] if not row['ok']] == ['roi_pool of fp16 inputs under fp16 autocast']
+    fp16 = [row['op'] for row in served['rows'] if row['inputs'] == 'float16']
+    assert fp16 == [f'{op} of fp16 inputs under fp16 autocast' for op in served_ops_goldens.FP16_OPS]
+    assert set(served['float_only']) == {'masked_conv', 'softmax_focal', 'bbox_overlaps'}
+    assert "the served ops' widening of fp16 inputs to float32" in served['fp16_rows']
+    assert 'on a CPU these rows test nothing else' in served['fp16_rows']
 
 
 @pytest.mark.parametrize('step, result, reason', [

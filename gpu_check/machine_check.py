@@ -39,8 +39,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from . import ops_goldens, served_ops_goldens
+from .bounded import BudgetCut
 from .fast_vs_plain import DTYPES as FAST_DTYPES, fast_vs_plain
-from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
+from .toolkit_runs import OUTPUT_TAIL, RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
 
 
 @dataclasses.dataclass
@@ -109,8 +110,9 @@ NOT_SHOWN = {
 }
 
 
-class StepBudgetExceeded(BaseException):
-    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it)."""
+class StepBudgetExceeded(BudgetCut):
+    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it);
+    it brings out what the step had done (``BudgetCut``): the cut command's output, results kept."""
 
 
 class Report:
@@ -244,8 +246,10 @@ def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[L
             try:
                 with _budget(budget):
                     result = registry[step].run(context, budget or RUN_LIMIT_S)
-            except StepBudgetExceeded:
-                result = dict(error=f'cut: over its budget of {budget:g} s', cut=True)
+            except StepBudgetExceeded as cut:
+                result = dict(cut.kept, error=f'cut: over its budget of {budget:g} s', cut=True)
+                if cut.outputs:  # the command it cut: its output's end, with when it was cut
+                    result['output_tail'] = cut.outputs[-1][-OUTPUT_TAIL:]
             except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
                 result = dict(error=f'{type(exc).__name__}: {exc}', traceback=traceback.format_exc(limit=5))
             result['seconds'] = time.monotonic() - start
@@ -273,7 +277,8 @@ class _budget:
     """Raise StepBudgetExceeded in the main thread once ``seconds`` have passed (None: no limit).
 
     A step stuck inside one long C call is interrupted when that call returns to Python; the
-    subprocesses of the steps have their own timeouts (run_bounded). A cut never lands inside an
+    subprocesses of the steps have their own timeouts (run_bounded), and a cut that lands while one
+    runs ends it and brings its output out (``BudgetCut``). A cut never lands inside an
     import: it waits for the import to end, since a module cut half-way cannot be imported again
     (torch's operators and mmengine's registries refuse a second registration of the same name)."""
 

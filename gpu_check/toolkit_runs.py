@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .bounded import run_bounded
+from .bounded import BudgetCut, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 DET_DEMO = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
 SEG_DEMO = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
 TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
+OUTPUT_TAIL = 2500  # characters of a failed or cut run's output kept in its result
 RUN_TIMEOUT_S = 900  # any one run without a step budget; below NCCL's 30-minute collective timeout
 # relative, the first iteration's numbers with channels_last on and off, TF32 off in both runs: the RPN's losses
 # follow from the features alone; the heads' also from which proposals were sampled, which a last-bit
@@ -250,7 +251,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
     elif run.exit_status != 0:
         failed.append(f'exited {run.exit_status}')
         if not TRAIN_LINE.search(out):  # it never trained: the rest would only repeat that
-            return dict(result, failed_checks=failed, output_tail=out[-2500:])
+            return dict(result, failed_checks=failed, output_tail=out[-OUTPUT_TAIL:])
     group = re.search(r'process group: (\w+)', out)
     result['backend'] = group.group(1) if group else None
     if result['backend'] != expect.backend:
@@ -317,7 +318,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
         if eager:
             failed.append(eager.group(0))
     if failed:
-        result['output_tail'] = out[-2500:]
+        result['output_tail'] = out[-OUTPUT_TAIL:]
     result['failed_checks'] = failed
     return result
 
@@ -415,15 +416,20 @@ class TrainingSteps:
     def channels_last(self, timeout: float) -> dict:
         """The first iteration's losses and gradient norm with the backbone's channels_last on and off,
         TF32 off in both runs (it alone moves a first loss by about 1%): the RPN's losses within
-        ``RPN_TOLERANCE``, the heads', the total and grad_norm within ``HEADS_TOLERANCE``."""
+        ``RPN_TOLERANCE``, the heads', the total and grad_norm within ``HEADS_TOLERANCE``. Cut by its
+        budget, it keeps the result of a run that had ended (``channels_last=True``: the first run's)."""
         first = {}
         runs = {}
-        for on in (True, False):
-            work = self.work / f'channels_last_{on}'
-            args = ['--cfg-options', f'model.backbone.channels_last={on}', 'train_dataloader.dataset.indices=2',
-                    'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']  # one iteration, no validation
-            runs[on] = judge(dist_train(self.det, work, args, timeout / 2, NO_TF32), self._expect(None), self.det)
-            first[on] = runs[on]['first']
+        try:
+            for on in (True, False):
+                work = self.work / f'channels_last_{on}'
+                args = ['--cfg-options', f'model.backbone.channels_last={on}', 'train_dataloader.dataset.indices=2',
+                        'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']  # one iteration, no validation
+                runs[on] = judge(dist_train(self.det, work, args, timeout / 2, NO_TF32), self._expect(None), self.det)
+                first[on] = runs[on]['first']
+        except BudgetCut as cut:
+            cut.kept.update((f'channels_last={on}', run) for on, run in runs.items())
+            raise
         failed = [f'channels_last={on}: {reason}' for on, r in runs.items() for reason in r['failed_checks']]
         differences = {}
         for name, tolerance in LAYOUT_COMPARED.items():

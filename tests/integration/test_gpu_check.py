@@ -318,6 +318,38 @@ def test_a_budget_cut_kills_the_running_subprocess_and_its_children(tmp_path):
         assert _gone(int((tmp_path / 'pid').read_text()))
 
 
+def test_a_step_cut_at_its_budget_keeps_the_output_it_cut_and_what_channels_last_had_measured(tmp_path, monkeypatch):
+    """channels_last cut by its budget in its second run: the step's result holds the first run's
+    judged result and the end of the cut run's output with when it was cut (gpu_check.json had only
+    "cut: over its budget"), and the cut run's processes are gone. The runs are stand-ins for
+    tools/dist_train.sh: the first prints its first training line, the second hangs after a line."""
+    pid_file = tmp_path / 'pid'
+
+    def dist_train(config, work_dir, args, timeout, env=None):
+        first = 'echo "process group: gloo"; echo "Epoch(train) [1][1/2]  loss: 2.5  loss_rpn_cls: 0.75"'
+        stuck = f'echo "building the model"; setsid sleep 60 & echo $! > {pid_file}; wait'
+        script = first if 'model.backbone.channels_last=True' in args else stuck
+        return toolkit_runs.run_command(['bash', '-c', script], work_dir, timeout, tmp_path, env)
+
+    monkeypatch.setattr(toolkit_runs, 'dist_train', dist_train)
+    steps = toolkit_runs.TrainingSteps('cpu', True, tmp_path / 'work')
+    steps.prepare()
+    monkeypatch.setattr(check, 'STEPS', (check.Step('channels_last', lambda context, seconds:
+                                                    steps.channels_last(seconds), 1),))
+    monkeypatch.setattr(check, 'STEP_NAMES', ('channels_last',))
+    with _ended_afterwards(pid_file):
+        data = check.run_check(torch.device('cpu'), True, tmp_path / 'out', log=lambda line: None,
+                               budgets={'channels_last': 1})
+        assert _gone(int(pid_file.read_text()))
+    result = json.loads((tmp_path / 'out' / 'gpu_check.json').read_text())['steps']['channels_last']
+    assert result == json.loads(json.dumps(data['steps']['channels_last']))
+    assert result['error'] == 'cut: over its budget of 1 s' and result['failed'] == [f"error: {result['error']}"]
+    assert result['channels_last=True']['first'] == dict(loss=2.5, loss_rpn_cls=0.75)
+    tail = result['output_tail']
+    assert re.fullmatch(r"building the model\n\n\[cut after [\d.]+ s by its caller's budget; every process it "
+                        r'started ended\]', tail), tail
+
+
 def test_the_output_of_a_killed_command_is_read_with_a_timeout(tmp_path, monkeypatch):
     """A process out of the walk's reach (orphaned before it: init adopted it) holds the output
     pipe: run_bounded still returns, with what was written, soon after the kill."""

@@ -59,6 +59,10 @@ ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the console's colours, if any
 # the recipe's RoIAlign (mmdet's base Mask R-CNN): served by mmcv._ext, not torchvision's op called directly
 RECIPE_ROI_LAYER = dict(_delete_=True, type='RoIAlign', sampling_ratio=0)
 EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
+# RankFiguresHook counts the model's FLOPs on every device, as it does by default on a GPU only: the CPU
+# rehearsal's step times then hold that count's cost, which the GPU budgets must include
+COUNT_FLOPS = 'rank_figures=dict(flops=True)'
+FLOPS_COUNTED = re.compile(r'training FLOPs counted at \d+x\d+')  # the hook's line once it has counted
 # RankFiguresHook's line per logger interval (engine/rank_stats.RanksSummary.line): the ranks' peak memory
 # (CUDA: allocated, with reserved; CPU: resident), and on a GPU NVML's utilisation and memory of the node's GPUs
 RANK_MEMORY = re.compile(r'ranks: (\d+) rank\(s\): peak memory max (\d+) MB (allocated|resident)')
@@ -139,7 +143,7 @@ def det_config_lines(work: Path, sizes: Sizes) -> List[str]:
             f"val_evaluator = dict(ann_file={data + 'annotations/instances_val.json'!r})",
             'test_evaluator = val_evaluator',
             'train_cfg = dict(max_epochs=1, val_interval=1)',
-            'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))']
+            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1), {COUNT_FLOPS})']
 
 
 def seg_config_lines(work: Path, sizes: Sizes) -> List[str]:
@@ -167,7 +171,7 @@ def seg_config_lines(work: Path, sizes: Sizes) -> List[str]:
             'test_dataloader = val_dataloader',
             f'train_cfg = dict(max_iters={iters}, val_interval={iters})',
             f'param_scheduler = [dict(type="ConstantLR", factor=1.0, by_epoch=False, begin=0, end={iters})]',
-            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={iters}))']
+            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={iters}), {COUNT_FLOPS})']
 
 
 def write_config(path: Path, lines: Sequence[str]) -> Path:
@@ -259,7 +263,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
     train_lines = [m.group(0) for m in TRAIN_LINE.finditer(out)]
     losses = [float(v) for line in train_lines for v in LOSS.findall(line)]
     result.update(train_lines=len(train_lines), first=first_losses(out),
-                  last_loss=losses[-1] if losses else None)
+                  last_loss=losses[-1] if losses else None, flops_counted=bool(FLOPS_COUNTED.search(out)))
     if not losses:
         failed.append('no training line with a loss')
     elif not all(math.isfinite(v) for v in losses):
@@ -373,9 +377,15 @@ class TrainingSteps:
                       syncbn_kept=self.device == 'cuda', **kw)
 
     def run(self, step: str, timeout: float) -> dict:
-        """Run one step; its result, ``failed_checks`` empty when the log showed everything."""
+        """Run one step, preparing first if no step has (the first step's budget includes it: about a
+        second at the GPU's sizes, ``prepare_s`` in its result); its result, ``failed_checks`` empty when
+        the log showed everything."""
+        if self._ready:
+            return getattr(self, step)(timeout)
+        start = time.monotonic()
         self.prepare()
-        return getattr(self, step)(timeout)
+        prepared = time.monotonic() - start
+        return dict(getattr(self, step)(timeout - prepared), prepare_s=round(prepared, 2))
 
     def det_fp16(self, timeout: float) -> dict:
         """An epoch of Mask R-CNN with fp16 and accumulation 2, validated."""

@@ -46,10 +46,16 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert results['ops']['all_ok'] and len(results['ops']['rows']) == 18
     served = results['served_ops']  # the CPU path against the float64 reference (the rehearsal of the CUDA one)
     assert served['all_ok'] and served['source'] == served_ops_goldens.REFERENCE_SOURCE and len(served['rows']) == 30
+    assert [row['inputs'] for row in served['rows']].count('float16') == len(served_ops_goldens.FP16_OPS)
+    assert 'on a CPU these rows test nothing else' in served['fp16_rows']  # (the served ops' widening only)
     fast = results['fast_vs_plain']
     assert [row['dtype'] for row in fast['rows']] == ['bf16', 'fp16'] and isinstance(fast['fast_default'], bool)
     for run in (results['det_fp16'], results['det_bf16']):  # RankFiguresHook's line each logged iteration
         assert run['rank_lines']['memory_kind'] == 'resident' and run['rank_lines']['memory_lines'] >= 2
+    # the model's FLOPs counted on the CPU too (on a GPU by default): each step's time holds that count, and
+    # det_fp16's the data and configs written first (prepare_s): the GPU budgets include both
+    assert all(results[step]['flops_counted'] for step in ('det_fp16', 'det_resume', 'det_bf16', 'stock_resume'))
+    assert 0 < results['det_fp16']['prepare_s'] < results['det_fp16']['seconds']
     fp16, resumed, stock = results['det_fp16'], results['det_resume'], results['stock_resume']
     assert fp16['backend'] == 'gloo' and fp16['optim_wrapper'] == 'GuardedOptimWrapper'  # fp32 on a CPU
     assert fp16['accumulative_counts'] == 2 and fp16['coco/bbox_mAP'] is not None and not fp16['syncbn_kept']
@@ -98,11 +104,13 @@ def test_planted_faults_fail_their_steps_and_the_exit_status(tmp_path, monkeypat
     assert 'FAILED: no "RNG states restored' in (tmp_path / 'gpu_check.md').read_text()
 
 
-def test_the_compiled_upernet_trains_and_validates_at_one_input_size(tmp_path):
+def test_the_compiled_upernet_trains_and_validates_at_one_input_size_and_counts_its_flops(tmp_path):
     """The compile step's config at the GPU's sizes: a batch of its training pipeline through the
     preprocessor in training and one of its validation pipeline in evaluation have one input size, the
     run's image size (the demo's 128-px Resize under a 256-px preprocessor gave validation 128 px: a
-    second size, which the compiled backbone meets with a recompile for symbolic sizes)."""
+    second size, which the compiled backbone meets with a recompile for symbolic sizes). And it asks
+    RankFiguresHook to count the model's FLOPs on every device (by default on a GPU only), as the
+    detector's config does (below): the CPU rehearsal's step times then hold that count."""
     from mmengine import Config
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import DATASETS, MODELS, DefaultScope
@@ -121,6 +129,7 @@ def test_the_compiled_upernet_trains_and_validates_at_one_input_size(tmp_path):
             dataset = DATASETS.build(dict(cfg[loader].dataset, serialize_data=False))  # (its gc.collect: 1 s)
             shapes[loader] = tuple(preprocessor(pseudo_collate([dataset[0]]), training)['inputs'].shape[-2:])
     assert shapes == dict(train_dataloader=image, val_dataloader=image)
+    assert cfg.default_hooks.rank_figures == dict(type='RankFiguresHook', warn=False, flops=True)
 
 
 def test_a_log_with_a_non_finite_loss_without_its_metric_or_compiling_nothing_fails(tmp_path):
@@ -396,11 +405,13 @@ def test_torchruns_workers_end_with_their_step(tmp_path):
 
 def test_the_detector_steps_build_the_recipes_roi_align_served_by_mmcv_ext(tmp_path):
     """The demo's RoI extractors call torchvision's op (use_torchvision); the check's detector config
-    puts the recipe's back, and judge reads the built layers from the dumped config."""
+    puts the recipe's back, and judge reads the built layers from the dumped config. (The config also
+    counts the model's FLOPs on every device, as the UperNet one does: tested above.)"""
     from mmengine import Config
     steps = toolkit_runs.TrainingSteps('cpu', True, tmp_path)
     steps.prepare()
     cfg = Config.fromfile(str(steps.det))
+    assert cfg.default_hooks.rank_figures == dict(type='RankFiguresHook', warn=False, flops=True)
     assert toolkit_runs.roi_layers(cfg) == dict(bbox_roi_extractor='mmcv._ext', mask_roi_extractor='mmcv._ext')
     demo = Config.fromfile(str(toolkit_runs.DET_DEMO))
     assert set(toolkit_runs.roi_layers(demo).values()) == {"torchvision's roi_align"}

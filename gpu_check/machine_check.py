@@ -68,17 +68,18 @@ def _training(name: str) -> Callable[[StepContext, float], dict]:
 
 
 # Most telling first, compile last. Budgets: seconds on the lent machine (16 cores, an H200), from the
-# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states; 260 s in all,
-# compile then gets what is left of the call's 6 minutes (nothing at the phases' and steps' worst case).
+# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states, each training run's
+# FLOP count on CUDA (about 3.6 s) and det_fp16's prepare() included; 269 s in all, compile then gets
+# what is left of the call's 6 minutes (nothing at the phases' and steps' worst case).
 STEPS: Tuple[Step, ...] = (
-    Step('ops', lambda context, seconds: check_ops(context.device), 10),
-    Step('served_ops', lambda context, seconds: check_served_ops(context.device), 10),
-    Step('det_fp16', _training('det_fp16'), 40),
-    Step('det_resume', _training('det_resume'), 40),
-    Step('det_bf16', _training('det_bf16'), 40),
-    Step('fast_vs_plain', lambda context, seconds: check_fast_vs_plain(context.device, context.tiny), 30),
-    Step('channels_last', _training('channels_last'), 60),
-    Step('stock_resume', _training('stock_resume'), 30),
+    Step('ops', lambda context, seconds: check_ops(context.device), 6),
+    Step('served_ops', lambda context, seconds: check_served_ops(context.device), 8),
+    Step('det_fp16', _training('det_fp16'), 45),
+    Step('det_resume', _training('det_resume'), 44),
+    Step('det_bf16', _training('det_bf16'), 44),
+    Step('fast_vs_plain', lambda context, seconds: check_fast_vs_plain(context.device, context.tiny), 20),
+    Step('channels_last', _training('channels_last'), 68),
+    Step('stock_resume', _training('stock_resume'), 34),
     Step('compile', _training('compile'), None),
 )
 STEP_NAMES = tuple(step.name for step in STEPS)

@@ -23,6 +23,18 @@ SETTLE_S = 5.0  # how long killed processes may take to end (SIGKILL acts when e
 READ_S = 5.0  # how long the output of a killed command is read (a process out of reach may hold the pipe)
 
 
+class BudgetCut(BaseException):
+    """Raised by a caller's timer to cut what it runs (the GPU check's step budget): a BaseException,
+    which no ``except Exception`` swallows. On its way out it collects what the cut work had done:
+    ``run_bounded`` ends the command it interrupts and appends that command's output to ``outputs``;
+    a caller running several commands puts the results it already has into ``kept``."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.outputs: List[str] = []
+        self.kept: Dict[str, object] = {}
+
+
 class BoundedProcess(subprocess.CompletedProcess):
     """A command's outcome; ``killed_after_s``: when it was killed past its limit (None: it ended)."""
 
@@ -109,7 +121,9 @@ def run_bounded(cmd: List[str], timeout: float, **popen_kwargs) -> BoundedProces
     """Run cmd in a session of its own, its output captured unless ``stdout``/``stderr`` say
     otherwise; past ``timeout`` seconds, or when the caller is interrupted (a step's budget), the
     whole tree is ended. Killed past its limit: returncode 'timeout', ``killed_after_s`` set, and
-    stderr ending with a line saying so."""
+    stderr ending with a line saying so. Cut by a ``BudgetCut``: the captured output so far, with a
+    line saying when, is appended to the cut's ``outputs`` (a stuck run can then be diagnosed) and
+    the cut goes on."""
     popen_kwargs = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE), **popen_kwargs)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, text=True, start_new_session=True, **popen_kwargs)
@@ -121,6 +135,13 @@ def run_bounded(cmd: List[str], timeout: float, **popen_kwargs) -> BoundedProces
         out, err = _read_rest(proc)
         note = f'\n[killed after {killed_after:.1f} s: over its limit of {timeout:g} s; every process it started ended]'
         return BoundedProcess(cmd, 'timeout', out or '', (err or '') + note, killed_after)
+    except BudgetCut as cut:
+        cut_after = time.monotonic() - start
+        end_tree(proc)
+        out, err = _read_rest(proc)  # communicate keeps what it read before the cut
+        cut.outputs.append((out or '') + (err or '') +
+                           f'\n[cut after {cut_after:.1f} s by its caller\'s budget; every process it started ended]')
+        raise
     finally:
         end_tree(proc)
     return BoundedProcess(cmd, proc.returncode, out or '', err or '')

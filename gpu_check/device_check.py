@@ -27,7 +27,7 @@ from typing import Dict, List, Optional
 from .bounded import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASE_LIMITS = dict(probe=20, install=60)  # seconds, each phase whole (the install includes its import check)
+PHASE_LIMITS = dict(probe=20, install=50)  # seconds, each phase whole (the install includes its import check)
 SMI_LIMIT_S = 8  # of the probe's limit, what nvidia-smi may take
 DEADLINE_S = 360  # the whole call: 6 minutes leave a second try within the 15 minutes of device time a check gets
 CHECK_EXIT_S = 5  # of the deadline, what the check leaves itself to end

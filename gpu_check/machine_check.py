@@ -39,8 +39,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from . import ops_goldens, served_ops_goldens
+from .bounded import BudgetCut
 from .fast_vs_plain import DTYPES as FAST_DTYPES, fast_vs_plain
-from .toolkit_runs import RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
+from .toolkit_runs import OUTPUT_TAIL, RUN_TIMEOUT_S as RUN_LIMIT_S, TrainingSteps
 
 
 @dataclasses.dataclass
@@ -67,17 +68,18 @@ def _training(name: str) -> Callable[[StepContext, float], dict]:
 
 
 # Most telling first, compile last. Budgets: seconds on the lent machine (16 cores, an H200), from the
-# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states; 260 s in all,
-# compile then gets what is left of the call's 6 minutes (nothing at the phases' and steps' worst case).
+# offline rehearsal's CPU seconds with the margin dev/gpu-check-rehearsal.md states, each training run's
+# FLOP count on CUDA (about 3.6 s) and det_fp16's prepare() included; 269 s in all, compile then gets
+# what is left of the call's 6 minutes (nothing at the phases' and steps' worst case).
 STEPS: Tuple[Step, ...] = (
-    Step('ops', lambda context, seconds: check_ops(context.device), 10),
-    Step('served_ops', lambda context, seconds: check_served_ops(context.device), 10),
-    Step('det_fp16', _training('det_fp16'), 40),
-    Step('det_resume', _training('det_resume'), 40),
-    Step('det_bf16', _training('det_bf16'), 40),
-    Step('fast_vs_plain', lambda context, seconds: check_fast_vs_plain(context.device, context.tiny), 30),
-    Step('channels_last', _training('channels_last'), 60),
-    Step('stock_resume', _training('stock_resume'), 30),
+    Step('ops', lambda context, seconds: check_ops(context.device), 6),
+    Step('served_ops', lambda context, seconds: check_served_ops(context.device), 8),
+    Step('det_fp16', _training('det_fp16'), 45),
+    Step('det_resume', _training('det_resume'), 44),
+    Step('det_bf16', _training('det_bf16'), 44),
+    Step('fast_vs_plain', lambda context, seconds: check_fast_vs_plain(context.device, context.tiny), 20),
+    Step('channels_last', _training('channels_last'), 68),
+    Step('stock_resume', _training('stock_resume'), 34),
     Step('compile', _training('compile'), None),
 )
 STEP_NAMES = tuple(step.name for step in STEPS)
@@ -109,8 +111,9 @@ NOT_SHOWN = {
 }
 
 
-class StepBudgetExceeded(BaseException):
-    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it)."""
+class StepBudgetExceeded(BudgetCut):
+    """Raised inside a step when its time budget has run out (a BaseException: no step swallows it);
+    it brings out what the step had done (``BudgetCut``): the cut command's output, results kept."""
 
 
 class Report:
@@ -244,8 +247,10 @@ def run_check(device: torch.device, tiny: bool, out_dir: Path, steps: Optional[L
             try:
                 with _budget(budget):
                     result = registry[step].run(context, budget or RUN_LIMIT_S)
-            except StepBudgetExceeded:
-                result = dict(error=f'cut: over its budget of {budget:g} s', cut=True)
+            except StepBudgetExceeded as cut:
+                result = dict(cut.kept, error=f'cut: over its budget of {budget:g} s', cut=True)
+                if cut.outputs:  # the command it cut: its output's end, with when it was cut
+                    result['output_tail'] = cut.outputs[-1][-OUTPUT_TAIL:]
             except Exception as exc:  # noqa: BLE001  (a step's failure is a result; the others go on)
                 result = dict(error=f'{type(exc).__name__}: {exc}', traceback=traceback.format_exc(limit=5))
             result['seconds'] = time.monotonic() - start
@@ -273,7 +278,8 @@ class _budget:
     """Raise StepBudgetExceeded in the main thread once ``seconds`` have passed (None: no limit).
 
     A step stuck inside one long C call is interrupted when that call returns to Python; the
-    subprocesses of the steps have their own timeouts (run_bounded). A cut never lands inside an
+    subprocesses of the steps have their own timeouts (run_bounded), and a cut that lands while one
+    runs ends it and brings its output out (``BudgetCut``). A cut never lands inside an
     import: it waits for the import to end, since a module cut half-way cannot be imported again
     (torch's operators and mmengine's registries refuse a second registration of the same name)."""
 

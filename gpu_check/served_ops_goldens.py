@@ -19,9 +19,16 @@ Where the goldens come from (``source`` in the file and in the step's result):
 :func:`compare` runs the installed ops on a device against them, TF32 off: float32 within
 ``TOLERANCE`` of the golden's largest value (kernels that sum in another order), the sigmoid focal
 loss within ``LOOSER`` (its float32 ``log(1 - p)`` for confident logits, as mmcv's kernel computes
-it, is that far from float64), and five ops under fp16 autocast within ``FP16_TOLERANCE``. Sampling
-positions are kept away from whole pixels, where bilinear sampling's gradient has kinks that two
-implementations may take apart. The inputs are small (the file is about 400 KB).
+it, is that far from float64). Five ops (``FP16_OPS``) are also fed fp16 inputs under fp16 autocast,
+as fp16 training feeds them (autocast does not cast the inputs of ``mmcv.ops``' Functions: float32
+inputs there would only repeat the float32 rows), and their outputs compared within
+``FP16_TOLERANCE`` with the float32 path on the same device fed the same half-rounded inputs (the
+goldens hold no rows of half inputs, and rounded RoIs move RoIPool's bins; the float32 rows tie that
+path to the goldens). The served ops compute half inputs in float32 and round the result once, on
+every device: with them the fp16 rows test that widening and rounding (on a CPU nothing else); with
+compiled mmcv, its fp16 kernels. The other ops are compared in float32 only (``FLOAT_ONLY``, with
+why). Sampling positions are kept away from whole pixels, where bilinear sampling's gradient has
+kinks that two implementations may take apart. The inputs are small (the file is about 400 KB).
 """
 from pathlib import Path
 from typing import Dict, List, Union
@@ -31,7 +38,7 @@ import torch
 from .ops_goldens import _row, compiled_mmcv, failures
 from .precision import tf32_off
 
-__all__ = ['GOLDENS', 'REFERENCE_SOURCE', 'compare', 'failures', 'load_goldens', 'make_goldens',
+__all__ = ['FLOAT_ONLY', 'GOLDENS', 'REFERENCE_SOURCE', 'compare', 'failures', 'load_goldens', 'make_goldens',
            'make_inputs', 'make_reference_goldens', 'reference_outputs', 'run_ops']
 
 GOLDENS = Path(__file__).with_name('served_ops_goldens.pt')
@@ -40,6 +47,11 @@ TOLERANCE = 1e-4
 LOOSER = {'sigmoid_focal': 1e-3}  # float32's log(1 - p) near p = 1 (mmcv's formula): about 3e-4 of the largest loss
 FP16_TOLERANCE = 2e-2
 FP16_OPS = ('dcn', 'mdcn', 'roi_pool', 'sigmoid_focal', 'ms_deform_attn')
+FLOAT_ONLY = {  # the served ops without fp16 rows, and why
+    'masked_conv': "its kernels only copy values, in any dtype (the product is torch's addmm), and mmdet's "
+                   'guided-anchoring heads call it at inference only',
+    'softmax_focal': 'no mmdet or mmseg model calls it (their FocalLoss calls the sigmoid one)',
+    'bbox_overlaps': "no mmdet or mmseg model calls mmcv's op (mmdet computes overlaps with its own function)"}
 
 
 def _fractional(shape: tuple, gen: torch.Generator) -> torch.Tensor:
@@ -179,15 +191,23 @@ def load_goldens(path: Path = GOLDENS) -> dict:
 
 
 def compare(goldens: dict, device: Union[str, torch.device]) -> dict:
-    """The installed ops on ``device`` against ``goldens`` in float32 and under fp16 autocast, TF32 off:
-    rows, ``all_ok`` over them, and where the goldens came from (``source``)."""
+    """The installed ops on ``device`` against ``goldens`` in float32, and ``FP16_OPS`` fed fp16 inputs
+    under fp16 autocast against the float32 path fed the same half-rounded inputs, TF32 off (see the
+    module): rows, ``all_ok`` over them, where the goldens came from (``source``), the ops compared in
+    float32 only (``float_only``) and what the fp16 rows test with the installed ops (``fp16_rows``)."""
     inputs, want = goldens['inputs'], goldens['outputs']
+    rounded = {k: v.half() if v.is_floating_point() else v for k, v in inputs.items()}
     with tf32_off():
         got = run_ops(inputs, device)
+        widened = run_ops({k: v.float() if v.is_floating_point() else v for k, v in rounded.items()}, device)
         with torch.autocast(torch.device(device).type, dtype=torch.float16):
-            half = run_ops(inputs, device)
+            half = run_ops(rounded, device)
     rows = [_row(name, got[name], want[name], LOOSER.get(name, TOLERANCE)) for name in want]
-    rows += [_row(f'{name} under fp16 autocast', half[name], want[name], FP16_TOLERANCE) for name in FP16_OPS]
+    rows += [_row(f'{name} of fp16 inputs under fp16 autocast', half[name], widened[name], FP16_TOLERANCE,
+                  inputs='float16') for name in FP16_OPS]
+    fp16_rows = ("compiled mmcv's fp16 kernels against its float32 path" if compiled_mmcv() else
+                 'only the served ops\' widening of fp16 inputs to float32 and the rounding of the result (they '
+                 'compute half in float32 on every device; on a CPU these rows test nothing else)')
     return dict(rows=rows, source=goldens.get('source', 'unknown'), made_with=goldens.get('made_with'),
-                tolerance=TOLERANCE, looser=LOOSER, fp16_tolerance=FP16_TOLERANCE,
-                all_ok=all(r['ok'] for r in rows))
+                tolerance=TOLERANCE, looser=LOOSER, fp16_tolerance=FP16_TOLERANCE, float_only=FLOAT_ONLY,
+                fp16_rows=fp16_rows, all_ok=all(r['ok'] for r in rows))

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .bounded import run_bounded
+from .bounded import BudgetCut, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 DET_DEMO = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
 SEG_DEMO = ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'
 TINY_BACKBONE = dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3))
+OUTPUT_TAIL = 2500  # characters of a failed or cut run's output kept in its result
 RUN_TIMEOUT_S = 900  # any one run without a step budget; below NCCL's 30-minute collective timeout
 # relative, the first iteration's numbers with channels_last on and off, TF32 off in both runs: the RPN's losses
 # follow from the features alone; the heads' also from which proposals were sampled, which a last-bit
@@ -58,6 +59,10 @@ ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the console's colours, if any
 # the recipe's RoIAlign (mmdet's base Mask R-CNN): served by mmcv._ext, not torchvision's op called directly
 RECIPE_ROI_LAYER = dict(_delete_=True, type='RoIAlign', sampling_ratio=0)
 EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
+# RankFiguresHook counts the model's FLOPs on every device, as it does by default on a GPU only: the CPU
+# rehearsal's step times then hold that count's cost, which the GPU budgets must include
+COUNT_FLOPS = 'rank_figures=dict(flops=True)'
+FLOPS_COUNTED = re.compile(r'training FLOPs counted at \d+x\d+')  # the hook's line once it has counted
 # RankFiguresHook's line per logger interval (engine/rank_stats.RanksSummary.line): the ranks' peak memory
 # (CUDA: allocated, with reserved; CPU: resident), and on a GPU NVML's utilisation and memory of the node's GPUs
 RANK_MEMORY = re.compile(r'ranks: (\d+) rank\(s\): peak memory max (\d+) MB (allocated|resident)')
@@ -142,26 +147,35 @@ def det_config_lines(work: Path, sizes: Sizes) -> List[str]:
             f"val_evaluator = dict(ann_file={data + 'annotations/instances_val.json'!r})",
             'test_evaluator = val_evaluator',
             'train_cfg = dict(max_epochs=1, val_interval=1)',
-            'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))']
+            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1), {COUNT_FLOPS})']
 
 
 def seg_config_lines(work: Path, sizes: Sizes) -> List[str]:
     """A user's config over the UperNet demo: SyncBN, the generated set, the backbone compiled in
-    training, a few iterations then validation."""
+    training, a few iterations then validation. One input size in training and validation: the
+    pipelines resize to the image size the preprocessor pads to (the demo's 128-px ``Resize`` kept
+    under a larger preprocessor size gives validation a second size, which the compiled backbone
+    meets with a recompile for symbolic sizes)."""
     data = f"{work / 'ade'}/"
     image = (sizes.image, sizes.image)
     backbone = dict(sizes.backbone or {}, compile=True, norm_cfg=dict(type='SyncBN', requires_grad=True))
     heads = ("decode_head=dict(in_channels=[64] * 4, channels=32), "
              "auxiliary_head=dict(in_channels=64, channels=16)") if sizes.backbone else ''
+    load = "dict(type='LoadImageFromFile', color_type='color_ignore_orientation')"  # as the demo's
+    resize = f"dict(type='Resize', scale={image!r}, keep_ratio=True)"
+    loader = f'batch_size=2, num_workers=2, dataset=dict(data_root={data!r}, pipeline='
     iters = sizes.seg_iters
     return [f'_base_ = [{str(SEG_DEMO)!r}]',
             f'model = dict(data_preprocessor=dict(size={image!r}), backbone={backbone!r}, {heads})',
-            f'train_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
-            f'val_dataloader = dict(batch_size=2, num_workers=2, dataset=dict(data_root={data!r}))',
+            f"train_pipeline = [{load}, dict(type='LoadAnnotations'), {resize}, dict(type='RandomFlip', prob=0.5), "
+            "dict(type='PackSegInputs')]",
+            f"test_pipeline = [{load}, {resize}, dict(type='LoadAnnotations'), dict(type='PackSegInputs')]",
+            f'train_dataloader = dict({loader}train_pipeline))',
+            f'val_dataloader = dict({loader}test_pipeline))',
             'test_dataloader = val_dataloader',
             f'train_cfg = dict(max_iters={iters}, val_interval={iters})',
             f'param_scheduler = [dict(type="ConstantLR", factor=1.0, by_epoch=False, begin=0, end={iters})]',
-            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={iters}))']
+            f'default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={iters}), {COUNT_FLOPS})']
 
 
 def write_config(path: Path, lines: Sequence[str]) -> Path:
@@ -245,7 +259,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
     elif run.exit_status != 0:
         failed.append(f'exited {run.exit_status}')
         if not TRAIN_LINE.search(out):  # it never trained: the rest would only repeat that
-            return dict(result, failed_checks=failed, output_tail=out[-2500:])
+            return dict(result, failed_checks=failed, output_tail=out[-OUTPUT_TAIL:])
     group = re.search(r'process group: (\w+)', out)
     result['backend'] = group.group(1) if group else None
     if result['backend'] != expect.backend:
@@ -253,7 +267,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
     train_lines = [m.group(0) for m in TRAIN_LINE.finditer(out)]
     losses = [float(v) for line in train_lines for v in LOSS.findall(line)]
     result.update(train_lines=len(train_lines), first=first_losses(out),
-                  last_loss=losses[-1] if losses else None)
+                  last_loss=losses[-1] if losses else None, flops_counted=bool(FLOPS_COUNTED.search(out)))
     if not losses:
         failed.append('no training line with a loss')
     elif not all(math.isfinite(v) for v in losses):
@@ -319,7 +333,7 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
         if eager:
             failed.append(eager.group(0))
     if failed:
-        result['output_tail'] = out[-2500:]
+        result['output_tail'] = out[-OUTPUT_TAIL:]
     result['failed_checks'] = failed
     return result
 
@@ -374,9 +388,15 @@ class TrainingSteps:
                       syncbn_kept=self.device == 'cuda', **kw)
 
     def run(self, step: str, timeout: float) -> dict:
-        """Run one step; its result, ``failed_checks`` empty when the log showed everything."""
+        """Run one step, preparing first if no step has (the first step's budget includes it: about a
+        second at the GPU's sizes, ``prepare_s`` in its result); its result, ``failed_checks`` empty when
+        the log showed everything."""
+        if self._ready:
+            return getattr(self, step)(timeout)
+        start = time.monotonic()
         self.prepare()
-        return getattr(self, step)(timeout)
+        prepared = time.monotonic() - start
+        return dict(getattr(self, step)(timeout - prepared), prepare_s=round(prepared, 2))
 
     def det_fp16(self, timeout: float) -> dict:
         """An epoch of Mask R-CNN with fp16 and accumulation 2, validated."""
@@ -417,15 +437,20 @@ class TrainingSteps:
     def channels_last(self, timeout: float) -> dict:
         """The first iteration's losses and gradient norm with the backbone's channels_last on and off,
         TF32 off in both runs (it alone moves a first loss by about 1%): the RPN's losses within
-        ``RPN_TOLERANCE``, the heads', the total and grad_norm within ``HEADS_TOLERANCE``."""
+        ``RPN_TOLERANCE``, the heads', the total and grad_norm within ``HEADS_TOLERANCE``. Cut by its
+        budget, it keeps the result of a run that had ended (``channels_last=True``: the first run's)."""
         first = {}
         runs = {}
-        for on in (True, False):
-            work = self.work / f'channels_last_{on}'
-            args = ['--cfg-options', f'model.backbone.channels_last={on}', 'train_dataloader.dataset.indices=2',
-                    'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']  # one iteration, no validation
-            runs[on] = judge(dist_train(self.det, work, args, timeout / 2, NO_TF32), self._expect(None), self.det)
-            first[on] = runs[on]['first']
+        try:
+            for on in (True, False):
+                work = self.work / f'channels_last_{on}'
+                args = ['--cfg-options', f'model.backbone.channels_last={on}', 'train_dataloader.dataset.indices=2',
+                        'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None']  # one iteration, no validation
+                runs[on] = judge(dist_train(self.det, work, args, timeout / 2, NO_TF32), self._expect(None), self.det)
+                first[on] = runs[on]['first']
+        except BudgetCut as cut:
+            cut.kept.update((f'channels_last={on}', run) for on, run in runs.items())
+            raise
         failed = [f'channels_last={on}: {reason}' for on, r in runs.items() for reason in r['failed_checks']]
         differences = {}
         for name, tolerance in LAYOUT_COMPARED.items():

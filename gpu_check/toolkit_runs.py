@@ -15,6 +15,7 @@ Mask R-CNN is the demo's XCiT-T12/16 (configs/demo) with the recipe's SyncBN and
 torchvision's op directly); on a GPU at 256x256 images, with ``tiny`` a 4-block, 64-channel backbone
 on 64x64 images (for a CPU).
 """
+import json
 import math
 import os
 import re
@@ -37,6 +38,8 @@ RUN_TIMEOUT_S = 900  # any one run without a step budget; below NCCL's 30-minute
 # follow from the features alone; the heads' also from which proposals were sampled, which a last-bit
 # difference of a score can change (and with it loss and grad_norm)
 RPN_TOLERANCE = 1e-3
+# one rank has no peer to wait for: its communication wait is its own all-reduce's (RankFiguresHook)
+COMM_WAIT_MAX = 0.05
 HEADS_TOLERANCE = 1e-2
 LAYOUT_COMPARED = dict(loss_rpn_cls=RPN_TOLERANCE, loss_rpn_bbox=RPN_TOLERANCE, loss_cls=HEADS_TOLERANCE,
                        loss_bbox=HEADS_TOLERANCE, loss_mask=HEADS_TOLERANCE, loss=HEADS_TOLERANCE,
@@ -103,6 +106,7 @@ class Expect:
     recipe_roi_align: bool = False  # the built RoI extractors run mmcv.ops.RoIAlign on mmcv._ext
     rank_lines: Optional[str] = None  # the device type whose per-rank lines the log must hold (RankFiguresHook)
     flops: Optional[str] = None  # the device type: the achieved FLOP/s logged on CUDA, and no failed count anywhere
+    comm_wait: bool = False  # rank 0's communication wait in the run's scalars, at most COMM_WAIT_MAX
 
 
 def free_port() -> int:
@@ -320,6 +324,8 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
             failed.append(f'trained epochs {epochs}, from epoch {expect.first_epoch} expected')
     if expect.rank_lines:
         failed += _judge_rank_lines(out, expect.rank_lines, result)
+    if expect.comm_wait:
+        failed += _judge_comm_wait(run.work_dir, result)
     if expect.flops:
         achieved, not_counted = ACHIEVED.findall(out), NOT_COUNTED.search(out)
         rate, mfu = achieved[-1] if achieved else (None, None)
@@ -336,6 +342,23 @@ def judge(run: Run, expect: Expect, config: Optional[Path] = None) -> dict:
         result['output_tail'] = out[-OUTPUT_TAIL:]
     result['failed_checks'] = failed
     return result
+
+
+def _judge_comm_wait(work_dir: Path, result: dict) -> List[str]:
+    """Rank 0's ``ranks/comm_wait/rank0`` over the run's intervals (its newest ``scalars.json``, into
+    ``result['comm_wait_max']``) and what is wrong with it: a single rank waits only for its own
+    all-reduce, so a larger share means the step clock counts compute as waiting (on a GPU: a host clock
+    stopped when the kernels were queued, not when they ran)."""
+    runs = sorted(work_dir.glob('*/vis_data/scalars.json'))
+    records = [json.loads(line) for line in runs[-1].read_text().splitlines() if line.strip()] if runs else []
+    waits = [record['ranks/comm_wait/rank0'] for record in records if 'ranks/comm_wait/rank0' in record]
+    result['comm_wait_max'] = max(waits) if waits else None
+    if not waits:
+        return ['no ranks/comm_wait/rank0 in the run\'s scalars.json (RankFiguresHook under DDP)']
+    if max(waits) > COMM_WAIT_MAX:
+        return [f'rank 0 waited in gradient communication up to {max(waits):.1%} of its iterations, over '
+                f'{COMM_WAIT_MAX:.0%}: one rank has no peer to wait for']
+    return []
 
 
 def _judge_rank_lines(out: str, device: str, result: dict) -> List[str]:
@@ -403,7 +426,9 @@ class TrainingSteps:
         args = ['--amp', 'fp16', '--accumulation', '2']
         run = dist_train(self.det, self.work / 'det', args, timeout)
         return judge(run, self._expect('fp16', accumulation=2, metric='coco/bbox_mAP', first_epoch=1,
-                                       recipe_roi_align=True, rank_lines=self.device), self.det)
+                                       recipe_roi_align=True, rank_lines=self.device,
+                                       # (the tiny run's one optimizer step is its first, which is not timed)
+                                       comm_wait=not self.tiny), self.det)
 
     def det_resume(self, timeout: float) -> dict:
         """``--resume`` of det_fp16's run for a second epoch."""
@@ -418,7 +443,7 @@ class TrainingSteps:
         """An epoch of Mask R-CNN with bf16, validated."""
         run = dist_train(self.det, self.work / 'det_bf16', ['--amp', 'bf16'], timeout)
         return judge(run, self._expect('bf16', metric='coco/bbox_mAP', first_epoch=1, recipe_roi_align=True,
-                                       rank_lines=self.device), self.det)
+                                       rank_lines=self.device, comm_wait=True), self.det)
 
     def stock_resume(self, timeout: float) -> dict:
         """mmdet's own tools/train.py ``--resume`` on det_fp16's work dir, for a third epoch (one

@@ -52,6 +52,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     assert [row['dtype'] for row in fast['rows']] == ['bf16', 'fp16'] and isinstance(fast['fast_default'], bool)
     for run in (results['det_fp16'], results['det_bf16']):  # RankFiguresHook's line each logged iteration
         assert run['rank_lines']['memory_kind'] == 'resident' and run['rank_lines']['memory_lines'] >= 2
+    assert results['det_bf16']['comm_wait_max'] <= toolkit_runs.COMM_WAIT_MAX  # one rank: no peer to wait for
     # the model's FLOPs counted on the CPU too (on a GPU by default): each step's time holds that count, and
     # det_fp16's the data and configs written first (prepare_s): the GPU budgets include both
     assert all(results[step]['flops_counted'] for step in ('det_fp16', 'det_resume', 'det_bf16', 'stock_resume'))
@@ -531,3 +532,24 @@ def test_the_compile_step_fails_where_the_model_was_not_counted(tmp_path, device
                                 toolkit_runs.Expect(backend='gloo', flops=device))
     assert [reason.split(' (')[0].split(':')[0] for reason in result['failed_checks']] == failures
     assert result['achieved'] == (achieved or dict(rate=None, mfu_percent=None))
+
+
+@pytest.mark.parametrize('waits, failures', [
+    ([0.004, 0.012], []),
+    ([0.004, 0.31], ['rank 0 waited in gradient communication up to 31.0% of its iterations']),  # the old clock's
+    ([], ["no ranks/comm_wait/rank0 in the run's scalars.json"]),
+])
+def test_a_detector_step_fails_where_its_one_rank_waits_in_communication(tmp_path, waits, failures):
+    """One GPU has no peer to wait for: the detector steps read rank 0's communication wait from the newest
+    run's scalars and fail above 5% (a step clock that counts the GPU's backward as waiting)."""
+    older, newest = tmp_path / '20261205_100000' / 'vis_data', tmp_path / '20261205_110000' / 'vis_data'
+    for folder, records in ((older, [0.9]), (newest, waits)):
+        folder.mkdir(parents=True)
+        (folder / 'scalars.json').write_text(''.join(
+            json.dumps({'step': i + 1, 'loss': 2.5, 'ranks/comm_wait/rank0': wait}) + '\n'
+            for i, wait in enumerate(records)) + json.dumps({'step': 9, 'loss': 2.4}) + '\n')
+    output = 'process group: gloo\nEpoch(train) [1][1/2]  loss: 2.5\n'
+    result = toolkit_runs.judge(toolkit_runs.Run(0, output, tmp_path),
+                                toolkit_runs.Expect(backend='gloo', comm_wait=True))
+    assert [reason.split(',')[0].split(' (')[0] for reason in result['failed_checks']] == failures
+    assert result['comm_wait_max'] == (max(waits) if waits else None)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import key_of, zip_of
+from checkpoint_attacks import key_of, with_config_texts, zip_of
 from helpers import (
     ROOT,
     can_chattr,
@@ -28,6 +28,7 @@ from helpers import (
 )
 from PIL import Image
 
+from xcit_dense.io.checkpoint import read_checkpoint_file
 from xcit_dense.io.weights import read_checkpoint
 
 
@@ -150,6 +151,39 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_tiny_s
         assert 'evil.pth' in proc.stderr or 'iter_9.pth' in proc.stderr, name
         assert 'Traceback' not in proc.stderr, (name, proc.stderr[-1500:])
         assert not marker.exists(), name
+
+
+def test_a_config_text_in_the_resumed_checkpoint_never_runs_nor_spreads(tmp_path, seg_data, tiny_seg_run):
+    """Issue 63: Python in the meta['config'] of the file --resume names (MMEngine's Runner.resume ran
+    it), in its meta['cfg'] and in its message hub's runtime_info['cfg'] (which a resume copied into the
+    run's message hub, so into every later checkpoint): the run resumes, nothing runs, and the
+    checkpoint it saves holds the run's own config text only."""
+    _, work_dir = tiny_seg_run
+    config = hooked_config(tmp_path, seg_data, max_iters=5, interval=2)
+    marker = tmp_path / 'pwned'
+    torch.save(with_config_texts(read_checkpoint_file(str(work_dir / 'iter_4.pth')), marker), tmp_path / 'c.pth')
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', tmp_path / 'c.pth',
+                               cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert not marker.exists()
+    assert 'resumed epoch: 0, iter: 4' in log and 'Iter(train) [5/5]' in log, log[-3000:]
+    saved = read_checkpoint_file(str(work_dir / 'iter_5.pth'))
+    own = [saved['meta']['cfg'], saved['message_hub']['runtime_info']['cfg']]  # MMEngine writes the run's text
+    assert all('pwned' not in text and 'max_iters=5' in text for text in own) and 'config' not in saved['meta']
+
+
+def test_a_planted_newest_checkpoint_with_a_config_text_resumes_without_running_it(tmp_path, tiny_seg_run):
+    """The same file planted in the work dir as the newest checkpoint, beside the good iter_2.pth: a bare
+    --resume picks it, and resumes from it (at the end of the run's 4 iterations) without running it."""
+    config, work_dir = tiny_seg_run
+    marker = tmp_path / 'pwned'
+    torch.save(with_config_texts(read_checkpoint_file(str(work_dir / 'iter_4.pth')), marker), work_dir / 'iter_4.pth')
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert not marker.exists()
+    assert 'resumed epoch: 0, iter: 4' in log, log[-3000:]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import time
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 import torch
@@ -288,6 +288,24 @@ def shape_attacks(folder: Path) -> Dict[str, Path]:
     torch.save({'state_dict': {}, 'meta': {1.5: 1}}, folder / 'float_key.pth')
     files['meta with a float key'] = folder / 'float_key.pth'
     return files
+
+
+def with_config_texts(checkpoint: dict, marker: Path,
+                      places: Tuple[str, ...] = ('meta config', 'meta cfg', 'runtime_info cfg')) -> dict:
+    """``checkpoint`` (a copy) with Python that creates ``marker`` in the given ``places`` where MMEngine
+    reads a config's text and runs it (``Config.fromstring``): ``meta['config']`` (``Runner.resume``),
+    the message hub's ``runtime_info['cfg']`` and ``meta['cfg']`` (the inferencers given no config).
+    Plain strings: the checked reader reads them as data, as it should."""
+    code = f"open({str(marker)!r}, 'w').write('pwned')\n"
+    out = dict(checkpoint, meta=dict(checkpoint.get('meta') or {}))
+    hub = dict(out.get('message_hub') or {})
+    out['message_hub'] = dict(hub, runtime_info=dict(hub.get('runtime_info') or {}))
+    keys = {'meta config': (out['meta'], 'config'), 'meta cfg': (out['meta'], 'cfg'),
+            'runtime_info cfg': (out['message_hub']['runtime_info'], 'cfg')}
+    for place in places:
+        parent, key = keys[place]
+        parent[key] = code
+    return out
 
 
 # metas that stopped a resume's choice of the newest checkpoint: plain values, which the checked reader

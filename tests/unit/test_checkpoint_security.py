@@ -16,9 +16,10 @@ from typing import Dict
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import Reduce, key_of, zip_of
+from checkpoint_attacks import Reduce, key_of, with_config_texts, zip_of
 from helpers import SUPPORT, GetattrExploit, find_resumable_checkpoint, free_port, hide_payload
 from mmengine.logging import HistoryBuffer, MessageHub
+from mmengine.registry import DefaultScope
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
 from xcit_dense.engine import resume
@@ -128,6 +129,24 @@ def test_a_real_checkpoint_with_a_hidden_payload_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r'hidden\.pth: refused'):
         read_checkpoint(str(hidden))
     assert not (tmp_path / 'pwned').exists()
+
+
+@pytest.mark.parametrize('place', ['runtime_info cfg', 'meta cfg'])
+@pytest.mark.parametrize('inferencer', ['mmseg', 'mmdet'])
+def test_a_stock_inferencer_given_weights_alone_never_runs_their_config_text(tmp_path, place, inferencer):
+    """Issue 63: MMEngine's inferencers given weights and no config ran the text in the message hub's
+    runtime_info['cfg'] (else meta['cfg']) as Python; read checked, the file comes without it, and the
+    inferencer stops with MMEngine's own message (pass the config)."""
+    from mmdet.apis import DetInferencer
+    from mmseg.apis import MMSegInferencer
+    marker = tmp_path / 'pwned'
+    torch.save(with_config_texts({'state_dict': {'w': torch.ones(2)}, 'meta': {'iter': 2}}, marker, (place,)),
+               tmp_path / 'weights.pth')
+    build = {'mmseg': MMSegInferencer, 'mmdet': DetInferencer}[inferencer]
+    with DefaultScope.overwrite_default_scope(inferencer), \
+            pytest.raises(ValueError, match='Cannot find the config in the checkpoint'):
+        build(model=None, weights=str(tmp_path / 'weights.pth'), device='cpu')
+    assert not marker.exists()
 
 
 def test_every_mmengine_scheme_goes_to_the_checked_reader_or_is_refused():

@@ -3,7 +3,9 @@
 A run continues from a checkpoint when ``--resume`` asks for it (without a path: the newest checkpoint
 of the work dir that loads, by the progress its meta records; rank 0 chooses for all ranks), or by
 itself when its process group was started again after a failure (torchrun ``--max-restarts``, a
-requeued Slurm job: engine/restart.py). The chosen file is read whole once (the others' meta alone):
+requeued Slurm job: engine/restart.py). The chosen file is read whole once (the others' meta alone),
+by ``io.weights.read_checkpoint``, whose contents hold no config text (MMEngine's ``Runner.resume``
+runs a ``meta['config']`` as Python, and copies the message hub's runtime info into the run's):
 the seed, the check against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the
 hooks that keep state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
 pointer MMEngine's own ``resume=True`` follows, is written here too.

@@ -22,7 +22,8 @@ and mmseg's own tools on those configs then read checked too):
   then read by the checked reader; a prefix no file backend serves is refused, naming it;
 - ``pavi://``: refused (MMEngine's reader for it unpickles a model object, not a file).
 
-Checkpoints come back in this toolkit's layout (``weights.py``).
+Checkpoints come back in this toolkit's layout (``weights.to_toolkit_layout``), which holds no config
+text: MMEngine runs such a text as Python (``Runner.resume``, the inferencers given no config).
 """
 import os
 from contextlib import contextmanager
@@ -74,7 +75,8 @@ _handed: Dict[str, dict] = {}  # path -> contents already read, for the next rea
 @contextmanager
 def handed_over(path: str, checkpoint: dict) -> Iterator[None]:
     """Within: the next read of the local file ``path`` returns ``checkpoint``, its contents already read
-    by the checked reader, instead of reading the file again (a run reads its checkpoint once)."""
+    by ``weights.read_checkpoint`` (checked, in this toolkit's layout: no config text), instead of
+    reading the file again (a run reads its checkpoint once)."""
     _handed[os.path.abspath(path)] = checkpoint
     try:
         yield

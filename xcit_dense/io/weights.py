@@ -7,7 +7,8 @@ Three layouts are understood:
 - timm state dicts: the same keys at top level, ``pos_embed.*`` naming;
 - this toolkit's checkpoints: ``'state_dict'`` with ``backbone.``-prefixed keys.
 Files are read by ``xcit_dense.io.checkpoint.read_checkpoint_file`` (weights only, never code);
-:func:`read_checkpoint` gives their contents in this toolkit's layout.
+:func:`read_checkpoint` gives their contents in this toolkit's layout, which holds no config text
+(:func:`without_config_text`).
 """
 import logging
 from collections import OrderedDict
@@ -24,9 +25,37 @@ CLASSIFICATION_ONLY = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')
 StateDict = Dict[str, torch.Tensor]
 
 
+# Where MMEngine looks for a config's text in a checkpoint, and runs what it finds as Python
+# (``Config.fromstring``): ``Runner.resume`` (and ``FlexibleRunner``'s) reads meta['config'], the
+# inferencers given weights and no config (``BaseInferencer``) the message hub's runtime_info['cfg'],
+# else meta['cfg']; a resume copies the message hub's runtime info into the run's, whose later
+# checkpoints would then carry it.
+CONFIG_TEXTS = (('meta', 'config'), ('meta', 'cfg'), ('message_hub', 'runtime_info', 'cfg'))
+
+
+def without_config_text(ckpt: dict) -> dict:
+    """``ckpt`` without the config texts of :data:`CONFIG_TEXTS`, so that no string read from a
+    checkpoint reaches MMEngine's ``Config`` (the dicts on their way are copied, ``ckpt`` is left as
+    it is). The run's own checkpoints still hold its config: MMEngine writes the running config's text
+    into what it saves (``meta['cfg']``, the runtime info's ``'cfg'``), never a text it read."""
+    out = dict(ckpt)
+    for *parents, key in CONFIG_TEXTS:
+        node = out
+        for name in parents:
+            if not isinstance(node.get(name), dict):
+                break
+            node[name] = dict(node[name])
+            node = node[name]
+        else:
+            node.pop(key, None)
+    return out
+
+
 def to_toolkit_layout(ckpt: Any) -> Any:
-    """A released model's file (the authors' key names) as this toolkit's; anything else as it is."""
-    return from_released_layout(ckpt)[0] if isinstance(ckpt, dict) else ckpt
+    """A checkpoint's contents as this toolkit hands them on (to its runner, MMEngine's readers and
+    the stock tools): a released model's file (the authors' key names) renamed to this toolkit's
+    names, and no config text in any (:func:`without_config_text`); anything but a dict as it is."""
+    return without_config_text(from_released_layout(ckpt)[0]) if isinstance(ckpt, dict) else ckpt
 
 
 def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',

@@ -41,14 +41,17 @@ def test_nan_loss_stops_with_iteration_and_loss_names(tmp_path, seg_data):
 
 
 def test_nan_loss_can_be_skipped_and_counted(tmp_path, seg_data):
+    """Two of six steps skipped, with an EMA of the weights: the EMA counts the four steps taken."""
     work_dir = tmp_path / 'run'
-    proc = train_here(nan_config(tmp_path, seg_data, iterations=(3, 5)), work_dir, '--skip-nonfinite', cwd=tmp_path)
+    proc = train_here(nan_config(tmp_path, seg_data, iterations=(3, 5)), work_dir, '--skip-nonfinite',
+                      '--ema', '0.9', cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = read_log(work_dir)
     assert 'non-finite loss at iteration 3 (decode.loss_ce=nan): batch skipped (1 so far)' in log
     assert 'batch skipped (2 so far)' in log and 'nonfinite_skipped: 2' in log
-    state = torch.load(work_dir / 'iter_6.pth', weights_only=False)['state_dict']
-    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    checkpoint = torch.load(work_dir / 'iter_6.pth', weights_only=False)
+    assert all(torch.isfinite(v).all() for v in checkpoint['state_dict'].values() if v.is_floating_point())
+    assert int(checkpoint['ema_state_dict']['steps']) == 4
 
 
 @pytest.mark.slow  # a launched 2-process run (about 24 s); the main stage keeps the lost peers' report in process

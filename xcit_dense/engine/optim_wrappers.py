@@ -42,6 +42,12 @@ class NonFiniteGuard:
             self.zero_grad(**(zero_kwargs or {}))
 
 
+def step_skipped(wrapper: OptimWrapper) -> bool:
+    """Whether the guard made no update in the optimizer step that just ended (a NaN/inf loss on a rank)."""
+    return (isinstance(wrapper, NonFiniteGuard) and wrapper.should_update()
+            and wrapper.agreed_at == wrapper.inner_count and wrapper.agreement.nonfinite)
+
+
 def step_agreement(wrapper: OptimWrapper) -> StepAgreement:
     """The agreement of the optimizer step just made: the guard's, or (without the guard) one
     exchange now. Call it only where ``wrapper.should_update()`` (at the end of a step)."""

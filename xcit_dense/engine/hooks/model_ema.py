@@ -21,6 +21,8 @@ from mmengine.hooks import EMAHook
 from mmengine.model import ExponentialMovingAverage
 from mmengine.registry import HOOKS, MODELS
 
+from ..optim_wrappers import step_skipped
+
 
 @MODELS.register_module()
 class WarmupEMA(ExponentialMovingAverage):
@@ -44,10 +46,11 @@ class WarmupEMA(ExponentialMovingAverage):
 
 @HOOKS.register_module()
 class OptimizerStepEMAHook(EMAHook):
-    """MMEngine's ``EMAHook``, updated after the micro-batches whose optimizer step was taken."""
+    """MMEngine's ``EMAHook``, updated after the micro-batches whose optimizer step was taken (not after
+    a step the non-finite guard skipped: the weights did not change)."""
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if runner.optim_wrapper.should_update():
+        if runner.optim_wrapper.should_update() and not step_skipped(runner.optim_wrapper):
             super().after_train_iter(runner, batch_idx, data_batch, outputs)
 
 

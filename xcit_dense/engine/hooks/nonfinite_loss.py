@@ -5,7 +5,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ..optim_wrappers import NonFiniteGuard
+from ..optim_wrappers import NonFiniteGuard, step_skipped
 
 
 class NonFiniteLossError(RuntimeError):
@@ -38,11 +38,9 @@ class NonFiniteLossHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Stop with the offending loss names, or count the skipped step and go on."""
-        wrapper = runner.optim_wrapper
-        if not (isinstance(wrapper, NonFiniteGuard) and wrapper.should_update()
-                and wrapper.agreed_at == wrapper.inner_count and wrapper.agreement.nonfinite):
+        if not step_skipped(runner.optim_wrapper):
             return
-        values = {k: float(v) for k, v in (outputs or {}).items()
+        values = {k: float(v.detach() if isinstance(v, torch.Tensor) else v) for k, v in (outputs or {}).items()
                   if isinstance(v, float) or (isinstance(v, torch.Tensor) and v.numel() == 1)}
         names = ', '.join(f'{k}={v}' for k, v in values.items()
                           if k != 'loss' and not math.isfinite(v)) or 'the loss on another rank'

@@ -101,6 +101,8 @@ def test_plan_line_says_everything():
     ({'model.backbone.with_cp': 'yes'}, r"model\.backbone\.with_cp='yes': expected one of False, True, 'selective'"),
     ({'train_dataloader.batch_size': '2'}, r"train_dataloader\.batch_size='2': expected a positive int"),
     ({'train_cfg.max_epochs': 2}, r'train_cfg\.max_epochs: this config trains by iteration .*train_cfg\.max_iters=N'),
+    ({'train_dataloader.num_workers': 0},  # (the recipes keep their workers: DataLoader's raw ValueError)
+     r'train_dataloader\.num_workers=0 with train_dataloader\.persistent_workers=True: .*persistent_workers=False'),
     ({'train_cfg.by_epoch': True, 'train_cfg.type': None},  # (MMEngine's other spelling of an epoch loop)
      r'train_cfg\.max_iters: this config trains by epoch'),
 ])

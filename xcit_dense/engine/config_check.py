@@ -106,3 +106,6 @@ def check_config(cfg: Config) -> None:
         batch = (cfg.get(loader) or {}).get('batch_size')
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
             raise ValueError(f'{loader}.batch_size={batch!r}: expected a positive int')
+        if (cfg.get(loader) or {}).get('persistent_workers') and (cfg.get(loader) or {}).get('num_workers') == 0:
+            raise ValueError(f'{loader}.num_workers=0 with {loader}.persistent_workers=True: no worker to keep; '
+                             f'set {loader}.persistent_workers=False too')

@@ -8,7 +8,7 @@ from helpers import ROOT, run
 from mmengine.config import Config
 from PIL import Image
 
-from xcit_dense.datasets.browse import CELL, browse_training_samples
+from xcit_dense.datasets.browse import browse_training_samples
 from xcit_dense.datasets.synthetic import write_coco_set, write_segmentation_set
 
 
@@ -23,8 +23,8 @@ def test_samples_after_the_pipeline_and_a_mosaic(tmp_path):
         for path in drawn:
             with Image.open(path) as image:
                 assert image.size == (128, 128)  # the demo pipeline resizes the 64 px images to 128
-        with Image.open(tmp_path / name / 'mosaic.jpg') as image:
-            assert image.size == (2 * CELL, 2 * CELL if len(drawn) > 2 else CELL)
+        with Image.open(tmp_path / name / 'mosaic.jpg') as image:  # cells of the samples' size: no white
+            assert image.size == (2 * 128, 2 * 128 if len(drawn) > 2 else 128)
 
 
 def _tool(tool, *args, cwd=ROOT):

@@ -19,7 +19,7 @@ from PIL import Image
 
 from ..pictures import draw_picture
 
-CELL = 256  # the mosaic's cell size in pixels
+MAX_CELL = 256  # the mosaic's largest cell side in pixels
 
 
 def _drawable(data_sample):
@@ -39,14 +39,20 @@ def _drawable(data_sample):
 
 
 def mosaic(paths: List[Path], out_file: Path) -> Path:
-    """Tile the images in a square-ish grid of CELL-sized cells (each fitted, aspect kept)."""
+    """Tile the images in a square-ish grid of cells the size of the largest one (at most MAX_CELL a
+    side: larger ones are fitted, aspect kept), so that small samples fill their cells."""
+    sizes = []
+    for path in paths:
+        with Image.open(path) as image:
+            sizes.append(image.size)
+    cell_w, cell_h = (min(MAX_CELL, max(size[i] for size in sizes)) for i in (0, 1))
     columns = math.ceil(math.sqrt(len(paths)))
     rows = math.ceil(len(paths) / columns)
-    canvas = Image.new('RGB', (columns * CELL, rows * CELL), (255, 255, 255))
+    canvas = Image.new('RGB', (columns * cell_w, rows * cell_h), (255, 255, 255))
     for i, path in enumerate(paths):
         with Image.open(path) as image:
-            image.thumbnail((CELL, CELL))
-            canvas.paste(image, ((i % columns) * CELL, (i // columns) * CELL))
+            image.thumbnail((cell_w, cell_h))
+            canvas.paste(image, ((i % columns) * cell_w, (i // columns) * cell_h))
     canvas.save(out_file)
     return out_file
 

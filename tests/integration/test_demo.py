@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, free_port, read_log, run as run_process, run_together
+from helpers import ROOT, free_port, read_log, run as run_process, run_together, run_tool_in_process
 from mmcv.transforms import LoadImageFromFile
 from shapely.ops import unary_union
 
@@ -91,6 +91,17 @@ def test_ade_set_loads_in_mmseg(tmp_path):
     # for its object in 20 tries and came out empty (the demo's train_00950.jpg did: a warned, dropped image)
     rng = np.random.default_rng(0)
     assert all(make_scene(rng, (32, 32), max_objects=1)[1] for _ in range(200))
+
+
+def test_infer_refuses_a_detection_checkpoint_with_the_segmentation_config(tmp_path, seg_data):
+    """tools/infer.py with the segmentation demo config and a detection checkpoint: a clear error
+    before any image is read, naming the checkpoint's task (needs no trained model nor a process)."""
+    det_ckpt = tmp_path / 'detector.pth'
+    torch.save({'state_dict': {'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 8)}}, det_ckpt)
+    proc = run_tool_in_process('tools/infer.py', SEG_CONFIG, det_ckpt, seg_data / 'images/validation',
+                               '--out-dir', tmp_path / 'out', cwd=tmp_path)
+    assert proc.returncode != 0 and 'holds a detection model' in proc.stderr, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr
 
 
 def det_demo_config(path, data, loader: str = '', rest: str = ''):
@@ -212,7 +223,8 @@ def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     regression in the heads, the data generator or the LR shows up here. Predicting background
     everywhere scores an mIoU of about 20 (background IoU ~80, shapes 0); this run reached 33.5
     (rectangle 20.0, ellipse 22.8) when the floor was set. Its checkpoint then goes through the
-    test, inference and plotting tools."""
+    test, inference and plotting tools (its refusal of a detection checkpoint needs no training:
+    test_infer_refuses_a_detection_checkpoint_with_the_segmentation_config)."""
     run(sys.executable, 'tools/make_demo_data.py', '--out', tmp_path, '--only', 'ade', '--num-train', 200,
         '--num-val', 40, '--size', 64, 64)
     data = tmp_path / 'demo_ade'
@@ -245,11 +257,6 @@ def test_segmentation_demo_learns_and_runs_through_the_tools(tmp_path):
     assert sum(s['area'] for s in results['images'][0]['segments']) == 64 * 64
     run(sys.executable, 'tools/plot_logs.py', work)
     assert (work / 'curves.png').stat().st_size > 0
-    # a detection checkpoint with the segmentation config
-    det_ckpt = tmp_path / 'detector.pth'
-    torch.save({'state_dict': {'roi_head.bbox_head.fc_cls.weight': torch.zeros(4, 8)}}, det_ckpt)
-    proc = run(sys.executable, 'tools/infer.py', SEG_CONFIG, det_ckpt, out, check=False)
-    assert proc.returncode != 0 and 'holds a detection model' in proc.stderr
 
 
 def seg_demo_config(path, data):

@@ -8,6 +8,8 @@
 # demos' learning floors, the whole tiny GPU check, most launched multi-process runs); the cluster tests (marker "cluster").
 # `quick`: the unit tests that need no launched run (marker "quick"), a few minutes, for users.
 # Other arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
+# Each stage's time is printed against its budget on the developers' machine (2 CPU cores; see
+# docs/testing.md, "Budgets"): a stage over it says so, without failing the run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/tools/install.sh"
@@ -19,11 +21,18 @@ fi
 VENV="${XCIT_VENV:-$ROOT/.venv}"
 cd "$ROOT"
 pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@"; }
+# seconds: the quick check, the three stages, and all of a run without arguments, the install included
+declare -A BUDGET=([quick]=180 ["not cluster and not slow"]=600 [slow]=1500 [cluster]=450 [all]=2400)
+took() {  # WHAT SECONDS BUDGET: the line that gives a time against its budget
+  local over=""
+  [ "$2" -le "$3" ] || over=", over it by $(($2 - $3)) s"
+  echo "[tests] $1 took $2 s (budget $3 s$over)"
+}
 if [ "${1:-}" = quick ]; then
   shift
   start=$SECONDS
   pytest_run -m quick --durations=10 "$@" && status=0 || status=$?
-  echo "[tests] quick check took $((SECONDS - start)) s"
+  took "quick check" $((SECONDS - start)) "${BUDGET[quick]}"
   exit $status
 fi
 if [ $# -gt 0 ]; then
@@ -35,6 +44,7 @@ for stage in "not cluster and not slow" "slow" "cluster"; do
   start=$SECONDS
   echo "[tests] stage: -m \"$stage\""
   pytest_run -m "$stage" --durations=20 || status=$?  # the twenty slowest, to keep each stage in its budget
-  echo "[tests] stage -m \"$stage\" took $((SECONDS - start)) s"
+  took "stage -m \"$stage\"" $((SECONDS - start)) "${BUDGET[$stage]}"
 done
+took "install and all stages" "$SECONDS" "${BUDGET[all]}"
 exit $status

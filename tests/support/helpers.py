@@ -5,6 +5,7 @@ import contextlib
 import io
 import itertools
 import logging
+import multiprocessing
 import os
 import runpy
 import shutil
@@ -337,6 +338,25 @@ def run_together(*launches: Dict[str, object], timeout: float = 600) -> List[sub
             outputs = list(pool.map(lambda proc: proc.communicate(timeout=timeout), procs))
     return [subprocess.CompletedProcess(list(launch['args']), proc.returncode, out, err)
             for launch, proc, (out, err) in zip(launches, procs, outputs)]
+
+
+def rank_processes(target: Callable, args_of: Callable[[int], tuple], method: str = 'spawn', world: int = 2,
+                   timeout: float = 300) -> List[object]:
+    """Start ``world`` processes ``target(*args_of(rank), results)`` (``method``: 'spawn' for a fresh
+    interpreter, 'fork' to share this process's imports) and return what each put on ``results``, in
+    the order they came; every process is joined, or killed, also on a timeout or a failure."""
+    context = multiprocessing.get_context(method)
+    results = context.Queue()
+    ranks = [context.Process(target=target, args=(*args_of(rank), results)) for rank in range(world)]
+    for process in ranks:
+        process.start()
+    try:
+        return [results.get(timeout=timeout) for _ in ranks]
+    finally:
+        for process in ranks:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
 
 
 def free_ports(count: int, exclude: Iterable[int] = ()) -> List[int]:

@@ -1,7 +1,6 @@
 """The GPU path on CPUs: collectives where the backend wants them, one agreement per optimizer step,
 the device of each rank, bf16 training, CUDA RNG states and mmcv's CUDA ops (GPU presence faked)."""
 import ast
-import multiprocessing
 import os
 import re
 import socket
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import ROOT, free_port, launch_env, read_log, run, tiny_seg_config
+from helpers import ROOT, free_port, launch_env, rank_processes, read_log, run, tiny_seg_config
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
@@ -278,19 +277,9 @@ def _rank_on_a_stand_in_gpu(rank: int, port: int, uuid: str, results) -> None:
 def test_two_ranks_on_one_gpu_stop_as_the_group_forms(shared):
     """Two forked ranks whose stand-in GPUs have one UUID (``shared``) or two: with one, both stop
     naming both, the group destroyed before its first use; with two, the group forms."""
-    context = multiprocessing.get_context('fork')  # two real ranks, this process's imports shared
-    results, port = context.Queue(), free_port()
-    ranks = [context.Process(target=_rank_on_a_stand_in_gpu,
-                             args=(r, port, 'GPU-0' if shared else f'GPU-{r}', results)) for r in range(2)]
-    for process in ranks:
-        process.start()
-    try:
-        outcomes = sorted(results.get(timeout=60) for _ in ranks)
-    finally:
-        for process in ranks:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
+    port = free_port()  # two real ranks, forked: this process's imports shared
+    outcomes = sorted(rank_processes(_rank_on_a_stand_in_gpu, lambda r: (r, port, 'GPU-0' if shared else f'GPU-{r}'),
+                                     method='fork', timeout=60))
     if not shared:
         assert outcomes == [(0, 'formed (nccl)', True), (1, 'formed (nccl)', True)]
         return

@@ -4,7 +4,6 @@ slowest (with its host), the one that holds the most memory, and warns once that
 its batches (as the loop times its fetches); the plot tool draws the run's panels. The step clock,
 the loops' fetch timing and the comparisons in-process."""
 import json
-import multiprocessing
 import socket
 import statistics
 import subprocess
@@ -15,7 +14,7 @@ from typing import List, Optional
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, rank_processes
 from mmengine.model import BaseModel
 from torch import nn
 from torch.utils.data import Dataset
@@ -103,19 +102,7 @@ def two_rank_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp('ranks')
     # two real ranks, started fresh: a fork would inherit the threads and locks of whatever ran before in
     # this process (after an inductor compile of the slow stage, a forked rank hangs)
-    context = multiprocessing.get_context('spawn')
-    results = context.Queue()
-    ranks = [context.Process(target=_rank, args=(r, str(tmp / 'work'), str(tmp / 'rendezvous'), results))
-             for r in range(2)]
-    for process in ranks:
-        process.start()
-    try:
-        logs = dict(results.get(timeout=300) for _ in ranks)
-    finally:
-        for process in ranks:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
+    logs = dict(rank_processes(_rank, lambda r: (r, str(tmp / 'work'), str(tmp / 'rendezvous'))))
     assert not any(text.startswith('FAILED') for text in logs.values()), logs
     return tmp / 'work'
 
@@ -302,18 +289,7 @@ def test_a_rank_slow_after_its_first_bucket_is_slowest_and_its_peer_waits_for_it
     """Two gloo ranks: the 0.5 s rank 1 computes after its first bucket is its own step time (it is named
     slowest), and rank 0 spends it waiting in the all-reduce; a hook that sleeps 50 ms after noting its
     last bucket shows that time as communication wait on both ranks, not as own step time."""
-    context = multiprocessing.get_context('spawn')
-    results = context.Queue()
-    ranks = [context.Process(target=_timed_rank, args=(r, str(tmp_path / 'rendezvous'), results)) for r in range(2)]
-    for process in ranks:
-        process.start()
-    try:
-        times = dict(results.get(timeout=120) for _ in ranks)
-    finally:
-        for process in ranks:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
+    times = dict(rank_processes(_timed_rank, lambda r: (r, str(tmp_path / 'rendezvous')), timeout=120))
     assert not any(isinstance(t, str) for t in times.values()), times
     slow = {rank: t['slow'] for rank, t in times.items()}
     assert all(len(steps) == 3 for steps in slow.values()), slow  # 4 steps, the first not counted

@@ -124,10 +124,11 @@ class PreemptionHook(Hook):
             path = os.path.join(runner.work_dir, filename)
             write_pointer(runner.work_dir, path)
             job = os.environ.get('SLURM_JOB_ID')
+            # said before the requeue: Slurm may end the job's processes as soon as it is asked
+            runner.logger.info(f'checkpoint saved: {path}; stopping '
+                               + (f'for the requeue of Slurm job {job}' if job else '(--resume continues the run)'))
             if job:
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
-            runner.logger.info(f'checkpoint saved: {path}; stopping '
-                               + (f'for the requeue of Slurm job {job}' if job else '(--resume continues the run)'))
         meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
         raise Preempted(signum)

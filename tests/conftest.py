@@ -28,7 +28,7 @@ if INDUCTOR_CACHE:
 from xcit_launch.entry_point import prepare_process  # noqa: E402
 
 prepare_process()  # the session is an entry point: OpenCV's pixel limit before cv2 loads, the known filters
-from helpers import CAPABILITY_MISSING, ROOT, env, hooked_config, repo_state, run, sgd_config, train_cmd  # noqa: E402
+from helpers import CAPABILITY_MISSING, DAY_SPEED, ROOT, env, hooked_config, repo_state, run, sgd_config, train_cmd  # noqa: E402
 
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
 
@@ -110,8 +110,14 @@ def pytest_unconfigure(config) -> None:
         os.environ.pop('TORCHINDUCTOR_CACHE_DIR', None)
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """One block naming each missing capability, its reason and how many tests it skipped."""
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The day's speed (DAY_SPEED) as the session measured it, then one block naming each missing
+    capability, its reason and how many tests it skipped."""
+    speed = config.stash.get(DAY_SPEED, {})
+    if speed:
+        terminalreporter.section("the day's speed", sep='-')
+        for name, figure in speed.items():
+            terminalreporter.write_line(f'{name}: {figure}')
     skipped = defaultdict(int)
     for report in terminalreporter.stats.get('skipped', []):
         message = report.longrepr[2] if isinstance(report.longrepr, tuple) else ''

@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / 'tests'
 SUPPORT = TESTS / 'support'  # this module and the scripts the tests run
 CAPABILITY_MISSING = 'capability missing:'
+# the day's speed: what a run of this session measured (e.g. a demo's seconds an iteration), by name;
+# printed at the end of the session (conftest.py), so that a slow stage tells a slow day from a regression
+DAY_SPEED = pytest.StashKey[Dict[str, str]]()
 
 
 # --- weights and configs ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-from xcit_launch.output_files import UnsafeOutput, writing  # noqa: E402  (stdlib only: no stack import)
+from xcit_launch.output_files import UnsafeOutput, refuse_link, writing  # noqa: E402  (stdlib only: no stack import)
 
 # the headline metric of each task; others are plotted only when none of these is logged
 MAIN_METRIC = re.compile(r'(^|/)(bbox_mAP|segm_mAP|mIoU)$')
@@ -190,12 +190,13 @@ def main() -> None:
         scalars = source if source.is_file() else find_scalars(source)
     except FileNotFoundError as exc:
         sys.exit(f'error: {exc}')
+    work_dir = scalars.parents[2]
+    out = Path(args.out) if args.out else work_dir / 'curves.png'
     records = read_records(scalars)
     train, metrics = split_records(records)
     ranks = [r for r in records if is_ranks_record(r)]
-    work_dir = scalars.parents[2]
-    out = Path(args.out) if args.out else work_dir / 'curves.png'
     try:
+        refuse_link(out)  # before drawing (plot writes through no link, whatever is at the name by then)
         drawn = plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
     except UnsafeOutput as exc:
         sys.exit(f'error: {exc}')

@@ -23,7 +23,7 @@ from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, R
 from xcit_launch.known_warnings import KnownLogMessages
 
 from ..io.checkpoint_schemes import handed_over
-from ..io.output_files import check_log_folder, writing
+from ..io.output_files import check_log_folder, refuse_link, writing
 from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
@@ -103,8 +103,10 @@ class ToolkitRunner(Runner):
     def build_logger(self, *args, **kwargs) -> MMLogger:
         """MMEngine's logger, without the known deprecation notices and with the toolkit's runtime lines
         in its environment header; the log folder checked first (``check_log_folder``: not a link, yours,
-        no link in it), as MMEngine opens the log by name."""
+        no link in it), as MMEngine opens the log by name, and a link at the config dump's name refused
+        now, before the model is built (``dump_config`` writes through no link whatever is there then)."""
         check_log_folder(self.log_dir)
+        refuse_link(self._config_dump())
         logger = super().build_logger(*args, **kwargs)
         logger.addFilter(KnownLogMessages())
         logger.addFilter(RuntimeLines([f'    {k}: {v}' for k, v in self.runtime_environment().items()]))
@@ -114,9 +116,13 @@ class ToolkitRunner(Runner):
     def dump_config(self) -> None:
         """MMEngine's config dump (``<work_dir>/<config's file name>``, else ``<timestamp>.py``), written
         through no link: a link at that name is refused (UnsafeOutputError), never written through."""
-        name = os.path.basename(self.cfg.filename) if self.cfg.filename is not None else f'{self.timestamp}.py'
-        with writing(os.path.join(self.work_dir, name)) as path:
+        with writing(self._config_dump()) as path:
             self.cfg.dump(path)
+
+    def _config_dump(self) -> str:
+        """Where MMEngine's ``dump_config`` writes the config."""
+        name = os.path.basename(self.cfg.filename) if self.cfg.filename is not None else f'{self.timestamp}.py'
+        return os.path.join(self.work_dir, name)
 
     def build_model(self, model):
         """MMEngine's ``build_model``, with the backbone compiled where its config says

@@ -10,7 +10,7 @@ from xcit_launch.output_files import PathLike, UnsafeOutput
 
 from ..errors import UnsafeOutputError
 
-__all__ = ['write_bytes', 'writing', 'check_log_folder']
+__all__ = ['refuse_link', 'write_bytes', 'writing', 'check_log_folder']
 
 
 @contextmanager
@@ -19,6 +19,12 @@ def _refusals_as_toolkit_errors() -> Iterator[None]:
         yield
     except UnsafeOutput as exc:
         raise UnsafeOutputError(str(exc)) from exc
+
+
+def refuse_link(path: PathLike) -> None:
+    """``output_files.refuse_link``: a link at ``path`` refused before the work that would write there."""
+    with _refusals_as_toolkit_errors():
+        output_files.refuse_link(path)
 
 
 def write_bytes(path: PathLike, data: bytes, replace_link: bool = False) -> None:

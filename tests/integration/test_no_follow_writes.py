@@ -1,0 +1,89 @@
+"""Files the toolkit writes into a work dir or an output folder, against a link planted at their names
+(by whoever may create names in a shared folder): the file the link points to, outside the folder,
+stays as it was, and the tool says in one line which name it refused. Each tool runs in this process
+(a refusal needs no process of its own); the trained work dir is the session's."""
+import time
+from pathlib import Path
+
+from helpers import run_tool_in_process, tiny_seg_config
+
+KEEP = 'keep me'
+
+
+def victim(tmp_path: Path) -> Path:
+    """A file outside every folder the tools write to, which no write may touch."""
+    path = tmp_path / 'elsewhere' / 'victim.txt'
+    path.parent.mkdir()
+    path.write_text(KEEP)
+    return path
+
+
+def refused(proc, name: Path) -> None:
+    """The tool's status and its one-line refusal of ``name``, without a traceback."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert f'error: {name} is a symbolic link: the toolkit never writes through one' in proc.stderr, \
+        proc.stderr[-3000:]
+
+
+def test_training_writes_no_config_dump_through_a_link(tmp_path, seg_data):
+    config, target = tiny_seg_config(tmp_path, seg_data), victim(tmp_path)
+    work_dir = tmp_path / 'run'
+    work_dir.mkdir()
+    (work_dir / config.name).symlink_to(target)  # MMEngine dumps the config under its file's name
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, cwd=tmp_path)
+    assert target.read_text() == KEEP
+    refused(proc, work_dir / config.name)
+    assert not list(work_dir.glob('iter_*.pth'))  # refused before training
+
+
+def test_training_opens_no_log_in_a_planted_log_folder(tmp_path, seg_data):
+    """Links named as the log folders of the coming minutes (MMEngine names it by the second the run
+    starts) lead to a folder elsewhere: the run stops before its log opens, and nothing is written there."""
+    config = tiny_seg_config(tmp_path, seg_data)
+    elsewhere = victim(tmp_path).parent
+    work_dir = tmp_path / 'run'
+    work_dir.mkdir()
+    start = time.time()
+    for second in range(120):
+        (work_dir / time.strftime('%Y%m%d_%H%M%S', time.localtime(start + second))).symlink_to(elsewhere)
+    proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, cwd=tmp_path)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ['victim.txt']
+    assert (elsewhere / 'victim.txt').read_text() == KEEP
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert 'is a symbolic link: the toolkit never writes through one' in proc.stderr, proc.stderr[-3000:]
+
+
+def test_infer_writes_no_picture_nor_results_through_a_link(tmp_path, seg_data, tiny_seg_run):
+    config, work_dir = tiny_seg_run
+    target = victim(tmp_path)
+    image = next(iter(sorted((seg_data / 'images/validation').iterdir())))
+    out = tmp_path / 'out'
+    out.mkdir()
+    picture, results = out / f'{image.stem}.png', out / 'results.json'
+    picture.symlink_to(target)
+    results.symlink_to(target)
+    proc = run_tool_in_process('tools/infer.py', config, work_dir / 'iter_4.pth', image, '--out-dir', out,
+                               cwd=tmp_path)
+    assert target.read_text() == KEEP
+    refused(proc, picture)  # reported as the picture's failure; the tool goes on to results.json
+    refused(proc, results)
+    assert picture.is_symlink() and results.is_symlink()
+
+
+def test_plot_logs_writes_no_plot_through_a_link(tmp_path, tiny_seg_run):
+    _, work_dir = tiny_seg_run
+    target = victim(tmp_path)
+    (work_dir / 'curves.png').symlink_to(target)
+    proc = run_tool_in_process('tools/plot_logs.py', work_dir, cwd=tmp_path)
+    assert target.read_text() == KEEP
+    refused(proc, work_dir / 'curves.png')
+
+
+def test_onnx_export_writes_through_no_link(tmp_path, seg_data):
+    config, target = tiny_seg_config(tmp_path, seg_data), victim(tmp_path)
+    out = tmp_path / 'backbone.onnx'
+    out.symlink_to(target)
+    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--shape', '64', '64', cwd=tmp_path)
+    assert target.read_text() == KEEP
+    refused(proc, out)  # before the trace

@@ -52,13 +52,14 @@ def refuse_link(path: PathLike) -> None:
 
 
 def write_bytes(path: PathLike, data: bytes, replace_link: bool = False) -> None:
-    """Write ``data`` to ``path`` all or nothing (written, fsynced, renamed into place), with the mode
-    a plain ``open()`` would give. A link at ``path`` is refused (UnsafeOutput), or replaced
+    """Write ``data`` to ``path`` all or nothing (written, fsynced, renamed into place; its folder made
+    if missing), with the mode a plain ``open()`` would give. A link at ``path`` is refused (UnsafeOutput), or replaced
     where ``replace_link``; OSError as the file system reports it."""
     path = os.fspath(path)
     if not replace_link:
         refuse_link(path)
     folder, name = os.path.split(path)
+    os.makedirs(folder or '.', exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder or '.', prefix=f'{name}.tmp-')
     try:
         with os.fdopen(fd, 'wb') as f:
@@ -75,13 +76,14 @@ def write_bytes(path: PathLike, data: bytes, replace_link: bool = False) -> None
 @contextmanager
 def writing(path: PathLike) -> Iterator[str]:
     """For a library that writes by file name (an image encoder, matplotlib, the ONNX exporter): a path
-    of the same name in a private new folder beside ``path``; whatever the block writes there is
-    renamed into ``path``'s folder when it ends without an error (a file the library adds beside it,
-    an ONNX export's external data, moves too). A link at any of these names is refused
-    (UnsafeOutput), before the block runs for ``path`` itself."""
+    of the same name in a private new folder beside ``path`` (its folder made if missing); whatever the
+    block writes there is renamed into ``path``'s folder when it ends without an error (a file the
+    library adds beside it, an ONNX export's external data, moves too). A link at any of these names
+    is refused (UnsafeOutput), before the block runs for ``path`` itself."""
     path = os.fspath(path)
     refuse_link(path)
     folder, name = os.path.split(path)
+    os.makedirs(folder or '.', exist_ok=True)
     private = tempfile.mkdtemp(dir=folder or '.', prefix=f'.{name}.tmp-')
     try:
         yield os.path.join(private, name)

@@ -71,6 +71,17 @@ def test_infer_writes_no_picture_nor_results_through_a_link(tmp_path, seg_data, 
     assert picture.is_symlink() and results.is_symlink()
 
 
+def test_test_tool_dumps_no_predictions_through_a_link(tmp_path, tiny_seg_run):
+    config, work_dir = tiny_seg_run
+    target = victim(tmp_path)
+    out = tmp_path / 'preds.pkl'
+    out.symlink_to(target)
+    proc = run_tool_in_process('tools/test.py', config, work_dir / 'iter_4.pth', '--work-dir', tmp_path / 'eval',
+                               '--out', out, cwd=tmp_path)
+    assert target.read_text() == KEEP
+    refused(proc, out)  # before the test runs
+
+
 def test_plot_logs_writes_no_plot_through_a_link(tmp_path, tiny_seg_run):
     _, work_dir = tiny_seg_run
     target = victim(tmp_path)

@@ -89,7 +89,6 @@ class AtomicLocalBackend(LocalBackend):
 
     def put(self, obj: bytes, filepath) -> None:
         filepath = str(filepath)
-        os.makedirs(os.path.dirname(filepath) or '.', exist_ok=True)
         try:
             write_bytes(filepath, obj, replace_link=True)  # a link planted at the name is replaced
         except OSError as exc:

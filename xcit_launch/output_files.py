@@ -18,7 +18,7 @@ import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 __all__ = ['UnsafeOutput', 'refuse_link', 'write_bytes', 'writing', 'check_log_folder']
 
@@ -94,6 +94,20 @@ def writing(path: PathLike) -> Iterator[str]:
         shutil.rmtree(private, ignore_errors=True)
 
 
+def _owner_of_new_files(folder: str) -> Optional[int]:
+    """The owner this process's new files in ``folder`` get (not always its uid: an NFS server maps
+    root's to nobody), or None where it may not create one there."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix='.owner-')
+    except PermissionError:
+        return None
+    try:
+        return os.fstat(fd).st_uid
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
 def check_log_folder(folder: PathLike) -> None:
     """Refuse (UnsafeOutput) a run's log folder that is a link, belongs to another user or holds a
     link: MMEngine creates it under the run's timestamp, a name others can plant in a shared work dir
@@ -103,7 +117,8 @@ def check_log_folder(folder: PathLike) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise UnsafeOutput(f'the log folder {folder} is a symbolic link: the toolkit never writes '
                            f'through one (remove it)')
-    if info.st_uid != os.geteuid():
+    owner = _owner_of_new_files(folder)
+    if owner is not None and info.st_uid != owner:
         raise UnsafeOutput(f'the log folder {folder} belongs to another user (uid {info.st_uid}): '
                            f'remove it, or use a work dir of your own')
     for root, folders, files in os.walk(folder):

@@ -2,10 +2,12 @@
 (by whoever may create names in a shared folder): the file the link points to, outside the folder,
 stays as it was, and the tool says in one line which name it refused. Each tool runs in this process
 (a refusal needs no process of its own); the trained work dir is the session's."""
+import os
 import time
 from pathlib import Path
 
-from helpers import run_tool_in_process, tiny_seg_config
+import pytest
+from helpers import CAP_CHOWN, has_capability, require_capability, run_tool_in_process, tiny_seg_config
 
 KEEP = 'keep me'
 
@@ -37,21 +39,33 @@ def test_training_writes_no_config_dump_through_a_link(tmp_path, seg_data):
     assert not list(work_dir.glob('iter_*.pth'))  # refused before training
 
 
-def test_training_opens_no_log_in_a_planted_log_folder(tmp_path, seg_data):
-    """Links named as the log folders of the coming minutes (MMEngine names it by the second the run
-    starts) lead to a folder elsewhere: the run stops before its log opens, and nothing is written there."""
+@pytest.mark.parametrize('planted', ['link', "another user's folder"])
+def test_training_opens_no_log_in_a_planted_log_folder(tmp_path, seg_data, planted):
+    """The log folders of the coming two minutes (MMEngine names it by the second the run starts)
+    planted as links to a folder elsewhere, or as folders of another user: the run stops before its
+    log opens, and nothing is written there."""
+    if planted != 'link':
+        require_capability('chown', has_capability(CAP_CHOWN), 'giving a folder to another user needs CAP_CHOWN')
     config = tiny_seg_config(tmp_path, seg_data)
     elsewhere = victim(tmp_path).parent
     work_dir = tmp_path / 'run'
     work_dir.mkdir()
     start = time.time()
-    for second in range(120):
-        (work_dir / time.strftime('%Y%m%d_%H%M%S', time.localtime(start + second))).symlink_to(elsewhere)
+    folders = [work_dir / time.strftime('%Y%m%d_%H%M%S', time.localtime(start + s)) for s in range(120)]
+    for folder in folders:
+        if planted == 'link':
+            folder.symlink_to(elsewhere)
+        else:
+            folder.mkdir(mode=0o777)
+            os.chown(folder, 65534, 65534)  # nobody's, and writable by all
     proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, cwd=tmp_path)
     assert sorted(p.name for p in elsewhere.iterdir()) == ['victim.txt']
     assert (elsewhere / 'victim.txt').read_text() == KEEP
+    assert not [p for folder in folders if not folder.is_symlink() for p in folder.iterdir()]
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
-    assert 'is a symbolic link: the toolkit never writes through one' in proc.stderr, proc.stderr[-3000:]
+    reason = 'is a symbolic link: the toolkit never writes through one' if planted == 'link' else \
+        'belongs to another user (uid 65534)'
+    assert reason in proc.stderr, proc.stderr[-3000:]
 
 
 def test_infer_writes_no_picture_nor_results_through_a_link(tmp_path, seg_data, tiny_seg_run):

@@ -11,6 +11,7 @@ from mmengine.config import DictAction
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.builder import load_config
 from xcit_dense.datasets.browse import browse_training_samples
+from xcit_dense.errors import UnsafeOutputError
 
 
 def main() -> None:
@@ -26,7 +27,10 @@ def main() -> None:
         cfg = load_config(args.config, args.cfg_options)  # a palette shorter than the classes: extended
     except ValueError as exc:
         sys.exit(f'error: {exc}')
-    drawn = browse_training_samples(cfg, args.num, args.out_dir, args.seed)
+    try:
+        drawn = browse_training_samples(cfg, args.num, args.out_dir, args.seed)
+    except UnsafeOutputError as exc:  # at the mosaic's name (a sample's is reported, the others drawn)
+        sys.exit(f'error: {exc}')
     print(f'{len(drawn)} samples drawn into {args.out_dir} (mosaic.jpg shows them all)')
 
 

@@ -3,6 +3,7 @@
 --check compares onnxruntime's outputs with PyTorch's on a random image of the given size.
 """
 import argparse
+import sys
 
 from xcit_launch.entry_point import prepare_process
 
@@ -11,6 +12,7 @@ import torch
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.analysis.onnx_export import export_config, max_abs_error
+from xcit_dense.errors import UnsafeOutputError
 
 
 def main() -> None:
@@ -23,7 +25,10 @@ def main() -> None:
     parser.add_argument('--whole', action='store_true', help="export the model's tensor forward, not the backbone")
     parser.add_argument('--check', action='store_true', help='compare with PyTorch through onnxruntime')
     args = parser.parse_args()
-    module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
+    try:
+        module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
+    except UnsafeOutputError as exc:
+        sys.exit(f'error: {exc}')
     print(f'wrote {args.out}' + ('' if args.checkpoint else ' (random weights: no --checkpoint given)'))
     if args.check:
         error = max_abs_error(args.out, module, torch.rand(1, 3, *args.shape))

@@ -7,7 +7,8 @@ predictions to OUT_DIR/results.json (docs/datasets.md: boxes [x1, y1, x2, y2] in
 pixels, masks as COCO RLE). A file that is missing, not an image, damaged or over --max-pixels is
 reported and skipped, a picture that cannot be drawn is reported (its predictions are kept); the
 other images are still processed, results.json is written, and the exit status is 1 if any input
-failed.
+failed. Nothing is written through a link: one at a picture's name is reported as that picture's
+failure, one at results.json's or the mosaic's name stops the tool.
 """
 import argparse
 import json
@@ -32,6 +33,7 @@ from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
+from xcit_dense.errors import UnsafeOutputError
 from xcit_dense.inference import (
     DRAWN_OVERLAP_IOU,
     build_inferencer,
@@ -41,6 +43,7 @@ from xcit_dense.inference import (
     prediction_record,
 )
 from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.output_files import write_bytes, writing
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.tasks import Task, task_of_config
@@ -144,7 +147,8 @@ def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
         sheet.paste(tile, ((i % columns) * width + (width - tile.width) // 2,
                            (i // columns) * height + (height - tile.height) // 2))
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out_file)
+    with writing(out_file) as path:  # a link at its name refused
+        sheet.save(path)
 
 
 def main() -> None:
@@ -210,9 +214,12 @@ def main() -> None:
                             **prediction_record(sample, task, classes)))
     summary = dict(config=args.config, checkpoint=args.checkpoint, task=task.name,
                    classes=classes, images=results)
-    (out_dir / 'results.json').write_text(json.dumps(summary))
-    if args.mosaic and pictures:
-        write_mosaic(pictures, args.mosaic)
+    try:
+        write_bytes(out_dir / 'results.json', json.dumps(summary).encode())
+        if args.mosaic and pictures:
+            write_mosaic(pictures, args.mosaic)
+    except UnsafeOutputError as exc:
+        sys.exit(f'error: {exc}')
     print(f'{len(pictures)} of {len(inputs)} images done: pictures and results.json in {out_dir}'
           + (f', mosaic {args.mosaic}' if args.mosaic and pictures else ''))
     if failures:

@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
+from xcit_launch.output_files import UnsafeOutput, refuse_link, writing  # noqa: E402  (stdlib only: no stack import)
+
 # the headline metric of each task; others are plotted only when none of these is logged
 MAIN_METRIC = re.compile(r'(^|/)(bbox_mAP|segm_mAP|mIoU)$')
 NOT_METRICS = {'step', 'time', 'data_time', 'iter', 'epoch', 'memory'}
@@ -170,8 +172,11 @@ def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Pa
     fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        with writing(out) as path:  # a link at its name refused
+            fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
     return drawn
 
 
@@ -185,12 +190,16 @@ def main() -> None:
         scalars = source if source.is_file() else find_scalars(source)
     except FileNotFoundError as exc:
         sys.exit(f'error: {exc}')
+    work_dir = scalars.parents[2]
+    out = Path(args.out) if args.out else work_dir / 'curves.png'
     records = read_records(scalars)
     train, metrics = split_records(records)
     ranks = [r for r in records if is_ranks_record(r)]
-    work_dir = scalars.parents[2]
-    out = Path(args.out) if args.out else work_dir / 'curves.png'
-    drawn = plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
+    try:
+        refuse_link(out)  # before drawing (plot writes through no link, whatever is at the name by then)
+        drawn = plot(train, metrics, out, f'{work_dir.name} ({scalars.parents[1].name})', ranks)
+    except UnsafeOutput as exc:
+        sys.exit(f'error: {exc}')
     summary = ', '.join(f'{k} {v[-1][1]:.4g}' for k, v in sorted(metrics.items()))
     panels = f', {len(ranks)} of every rank' if ranks else ''
     print(f'{len(train)} training records{panels}{", last " + summary if summary else ""} -> {out}')

@@ -4,6 +4,7 @@ the predictions (--out), draw them (--show-dir), or test with the config's test-
 import argparse
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import List, Optional
 
@@ -22,6 +23,7 @@ from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declar
 from xcit_dense.errors import ToolkitError
 from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
+from xcit_dense.io.output_files import writing
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
 
@@ -44,12 +46,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def configure_outputs(cfg: Config, out: str, show_dir: str) -> None:
+def configure_outputs(cfg: Config, out: Optional[str], show_dir: str) -> None:
     """Prediction dumping and drawing, in the way of the config's task (mmdet or mmseg)."""
     task = task_of_config(cfg)
     if out:
-        if not out.endswith(('.pkl', '.pickle')):
-            raise ToolkitError(f'--out must be a .pkl file, got {out}')
         dump = dict(type=task.dump_results, out_file_path=os.path.abspath(out))
         evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
         cfg.test_evaluator = [*evaluators, dump]
@@ -104,12 +104,22 @@ def main() -> None:
 
 
 def evaluate(cfg: Config, args: argparse.Namespace, backend: Optional[str], holder: List[dict]) -> None:
+    """``run_test``, the --out pickle written through no link: in a private folder, renamed into place once
+    the test ends (a link at its name refused before the test starts)."""
+    if args.out and not args.out.endswith(('.pkl', '.pickle')):
+        raise ToolkitError(f'--out must be a .pkl file, got {args.out}')
+    with writing(os.path.abspath(args.out)) if args.out else nullcontext() as out:
+        run_test(cfg, args, backend, holder, out)
+
+
+def run_test(cfg: Config, args: argparse.Namespace, backend: Optional[str], holder: List[dict],
+             out: Optional[str]) -> None:
     """Build the Runner and test on the checkpoint's contents, taken out of ``holder`` (dropped once the
-    Runner has loaded them); the Runner is garbage once this returns. Raises ToolkitError (inside the
-    process group: no exit here, see ``main``)."""
+    Runner has loaded them), its predictions dumped to ``out``; the Runner is garbage once this returns.
+    Raises ToolkitError (inside the process group: no exit here, see ``main``)."""
     loaded = holder.pop()
     adapt_to_machine(cfg)
-    configure_outputs(cfg, args.out, args.show_dir)
+    configure_outputs(cfg, out, args.show_dir)
     declare_hooks(cfg, names=['eval_progress'])
     check_samples(cfg, ['test_dataloader'])
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)

@@ -6,12 +6,14 @@ channels it weights most over the image. For an ImageNet classifier checkpoint o
 the patches per head. The maps themselves go to <image>_maps.npz.
 """
 import argparse
+import sys
 
 from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.analysis.vis_attention import visualise
+from xcit_dense.errors import UnsafeOutputError
 
 
 def main() -> None:
@@ -26,8 +28,11 @@ def main() -> None:
     parser.add_argument('--size', type=int, nargs=2, default=[448, 448], metavar=('H', 'W'),
                         help='the images are resized to H x W (default 448 448)')
     args = parser.parse_args()
-    visualise(args.config, args.checkpoint, args.images, args.out_dir, args.blocks, args.heads,
-              args.top_k, tuple(args.size))
+    try:
+        visualise(args.config, args.checkpoint, args.images, args.out_dir, args.blocks, args.heads,
+                  args.top_k, tuple(args.size))
+    except UnsafeOutputError as exc:
+        sys.exit(f'error: {exc}')
 
 
 if __name__ == '__main__':

@@ -36,3 +36,9 @@ class Preempted(BaseException):
     @property
     def exit_status(self) -> int:
         return 128 + self.signum
+
+
+class UnsafeOutputError(ToolkitError):
+    """A file the toolkit would write (a config dump, results.json, a picture, a plot, an export) is a
+    link, or the log folder is a link, holds one or belongs to another user: nothing is written
+    through it (``io.output_files``)."""

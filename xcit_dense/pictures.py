@@ -1,12 +1,16 @@
 """Pictures of predictions, written by tools/infer.py and tools/test.py --show-dir alike: one file
 per image named after it (``<stem>.png``, then ``<stem>_2.png``, ... where stems repeat), boxes
-clipped to the picture before drawing (MMEngine warns about every box that touches the edge), and
-drawing that reports its failure instead of stopping the tool."""
+clipped to the picture before drawing (MMEngine warns about every box that touches the edge),
+written through no link (io/output_files.py), and drawing that reports its failure instead of
+stopping the tool."""
 from pathlib import Path
 from typing import Optional, Set
 
 import torch
 from mmengine.structures import BaseDataElement, InstanceData
+
+from .errors import UnsafeOutputError
+from .io.output_files import writing
 
 
 def picture_name(image_path: str, used: Set[str]) -> str:
@@ -41,10 +45,14 @@ def clip_boxes(sample: BaseDataElement, height: int, width: int) -> BaseDataElem
 
 def draw_picture(visualizer, image, sample: BaseDataElement, out_file: str, **options) -> Optional[str]:
     """Draw ``sample`` on the RGB ``image`` into ``out_file`` with the task's visualizer; returns why
-    drawing failed (the tool goes on, the prediction is kept), or None."""
+    drawing failed (the tool goes on, the prediction is kept), or None. A link at ``out_file`` is
+    refused, never drawn through."""
     try:
-        visualizer.add_datasample(Path(out_file).stem, image, clip_boxes(sample, *image.shape[:2]),
-                                  show=False, out_file=out_file, **options)
+        with writing(out_file) as path:
+            visualizer.add_datasample(Path(out_file).stem, image, clip_boxes(sample, *image.shape[:2]),
+                                      show=False, out_file=path, **options)
+    except UnsafeOutputError as exc:
+        return str(exc)
     except Exception as exc:  # a drawing is never worth the run: any error is reported, not raised
         return f'{out_file}: not drawn: {type(exc).__name__}: {(str(exc).splitlines() or [""])[0][:300]}'
     return None

@@ -8,5 +8,6 @@ the install and a bare GPU machine can use them. ``tools/`` holds their command 
 ``netif``: the address and interface that reach the master; ``torchrun``: the torchrun wrapper
 (rendezvous address, one-line failure reports); ``preflight``: the config and data-file check
 before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
-architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build.
+architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
+``output_files``: the toolkit's output files, written through no link.
 """

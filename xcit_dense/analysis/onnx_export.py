@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..io.output_files import writing
+
 BACKBONE_OUTPUTS = ['stride4', 'stride8', 'stride16', 'stride32']
 
 
@@ -26,14 +28,15 @@ class TensorForward(nn.Module):
 
 def export(module: nn.Module, path: str, shape: Sequence[int], output_names: Optional[List[str]],
            dynamic: bool = True) -> None:
-    """Trace ``module`` on a (1, 3, H, W) image and write it to ``path``, H and W dynamic or fixed."""
+    """Trace ``module`` on a (1, 3, H, W) image and write it to ``path``, H and W dynamic or fixed; a link
+    at ``path`` is refused (UnsafeOutputError) before the trace."""
     image = torch.rand(1, 3, *shape)
     dims = {2: torch.export.Dim('height', min=32, max=8192),
             3: torch.export.Dim('width', min=32, max=8192)} if dynamic else None
-    with torch.no_grad():
+    with writing(path) as written, torch.no_grad():
         program = torch.onnx.export(module.eval(), (image,), input_names=['image'], output_names=output_names,
                                     dynamo=True, dynamic_shapes=(dims,) if dynamic else None, verbose=False)
-    program.save(path)
+        program.save(written)
 
 
 def max_abs_error(path: str, module: nn.Module, image: torch.Tensor) -> float:

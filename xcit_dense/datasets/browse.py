@@ -17,6 +17,7 @@ from mmengine.logging import print_log
 from mmengine.registry import DATASETS, VISUALIZERS, init_default_scope
 from PIL import Image
 
+from ..io.output_files import writing
 from ..pictures import draw_picture
 
 MAX_CELL = 256  # the mosaic's largest cell side in pixels
@@ -53,7 +54,8 @@ def mosaic(paths: List[Path], out_file: Path) -> Path:
         with Image.open(path) as image:
             image.thumbnail((cell_w, cell_h))
             canvas.paste(image, ((i % columns) * cell_w, (i // columns) * cell_h))
-    canvas.save(out_file)
+    with writing(out_file) as path:  # a link at its name refused
+        canvas.save(path)
     return out_file
 
 

@@ -1,5 +1,6 @@
 """MMEngine's Runner with the toolkit's training loops, an environment header that states the process
-group and devices in use, and a resume from a checkpoint already read.
+group and devices in use, a resume from a checkpoint already read, and a log folder and config dump
+that no link planted in a shared work dir can redirect (io/output_files.py).
 
 MMEngine's header prints the config's ``dist_cfg`` (NCCL in the recipes) and the world size as
 "GPU number", also for gloo on CPU processes; the toolkit's runtime lines take their place (a filter
@@ -8,11 +9,13 @@ mmseg's own tools use it too.
 """
 import inspect
 import logging
+import os
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
+from mmengine.dist import master_only
 from mmengine.logging import MMLogger
 from mmengine.registry import LOOPS, RUNNERS
 from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, Runner
@@ -20,6 +23,7 @@ from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, R
 from xcit_launch.known_warnings import KnownLogMessages
 
 from ..io.checkpoint_schemes import handed_over
+from ..io.output_files import check_log_folder, refuse_link, writing
 from .compile import compile_forward, take_compile_option
 from .dist import gpus_present
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
@@ -71,7 +75,8 @@ class RuntimeLines(logging.Filter):
 @RUNNERS.register_module()
 class ToolkitRunner(Runner):
     """A Runner whose training loops are the toolkit's, whose log states the backend and devices in
-    use and skips known deprecation notices, and that resumes from a checkpoint already read."""
+    use and skips known deprecation notices, that resumes from a checkpoint already read, and that
+    writes its log and config dump through no link (UnsafeOutputError instead)."""
 
     def __init__(self, *args, **kwargs) -> None:
         arguments = inspect.signature(Runner.__init__).bind(self, *args, **kwargs)
@@ -97,11 +102,27 @@ class ToolkitRunner(Runner):
 
     def build_logger(self, *args, **kwargs) -> MMLogger:
         """MMEngine's logger, without the known deprecation notices and with the toolkit's runtime lines
-        in its environment header."""
+        in its environment header; the log folder checked first (``check_log_folder``: not a link, yours,
+        no link in it), as MMEngine opens the log by name, and a link at the config dump's name refused
+        now, before the model is built (``dump_config`` writes through no link whatever is there then)."""
+        check_log_folder(self.log_dir)
+        refuse_link(self._config_dump())
         logger = super().build_logger(*args, **kwargs)
         logger.addFilter(KnownLogMessages())
         logger.addFilter(RuntimeLines([f'    {k}: {v}' for k, v in self.runtime_environment().items()]))
         return logger
+
+    @master_only
+    def dump_config(self) -> None:
+        """MMEngine's config dump (``<work_dir>/<config's file name>``, else ``<timestamp>.py``), written
+        through no link: a link at that name is refused (UnsafeOutputError), never written through."""
+        with writing(self._config_dump()) as path:
+            self.cfg.dump(path)
+
+    def _config_dump(self) -> str:
+        """Where MMEngine's ``dump_config`` writes the config."""
+        name = os.path.basename(self.cfg.filename) if self.cfg.filename is not None else f'{self.timestamp}.py'
+        return os.path.join(self.work_dir, name)
 
     def build_model(self, model):
         """MMEngine's ``build_model``, with the backbone compiled where its config says

@@ -3,15 +3,14 @@
 Every read of a checkpoint goes through :func:`load_weights_only`: the file is read by
 checked_unpickler.py, which builds nothing but tensors, containers and numeric values and checks each
 as it is built, so a checkpoint can never run code nor claim more memory than its size allows; URLs
-are downloaded by download.py. Writes go to a
-temporary file, created exclusively and renamed into place, so a kill while saving never leaves a
+are downloaded by download.py. Writes go through output_files.py (a
+temporary file, created exclusively and renamed into place), so a kill while saving never leaves a
 truncated checkpoint under a checkpoint's name and a link planted in a shared work dir is never
 followed. What the contents mean to a model (the released models' layout, fit checks) and MMEngine's
 checkpoint schemes are in ``weights.py`` and ``checkpoint_schemes.py`` beside it.
 """
 import io
 import os
-import tempfile
 from typing import Any, Optional, Union
 
 import torch
@@ -19,24 +18,10 @@ from mmengine.fileio import LocalBackend, register_backend
 
 from .checked_unpickler import MAX_REASON, describe as describe_refusal, load_checked
 from .download import DownloadError, download, file_digest
+from .output_files import write_bytes
 
 __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
            'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
-
-
-def _umask() -> int:
-    """The process's umask, read where Linux shows it (``/proc/self/status``) without changing it;
-    elsewhere set and restored, at the write only: importing this module leaves the umask alone."""
-    try:
-        with open('/proc/self/status') as status:
-            for line in status:
-                if line.startswith('Umask:'):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
 
 
 class CheckpointError(RuntimeError):
@@ -104,25 +89,11 @@ class AtomicLocalBackend(LocalBackend):
 
     def put(self, obj: bytes, filepath) -> None:
         filepath = str(filepath)
-        os.makedirs(os.path.dirname(filepath) or '.', exist_ok=True)
-        folder, name = os.path.split(filepath)
-        tmp = None
         try:
-            # O_EXCL | O_NOFOLLOW under a random name: a file or link planted in the folder is never
-            # written through; the rename then replaces the name itself, never a link's target
-            fd, tmp = tempfile.mkstemp(dir=folder or '.', prefix=f'{name}.tmp-')
-            with os.fdopen(fd, 'wb') as f:
-                os.fchmod(f.fileno(), 0o666 & ~_umask())  # what a plain open() would give
-                f.write(obj)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, filepath)
+            write_bytes(filepath, obj, replace_link=True)  # a link planted at the name is replaced
         except OSError as exc:
             raise CheckpointError(f'cannot write {filepath}: {exc.strerror or exc} (the checkpoints '
                                   f'written before are untouched)') from exc
-        finally:
-            if tmp and os.path.lexists(tmp):
-                os.remove(tmp)
 
     def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
         self.put(obj.encode(encoding), filepath)

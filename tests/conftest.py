@@ -32,7 +32,8 @@ from helpers import CAPABILITY_MISSING, DAY_SPEED, ROOT, env, hooked_config, rep
 
 import xcit_dense  # noqa: E402,F401  (registers XCiT)
 
-torch.set_num_threads(2)
+# one thread a pytest-xdist worker (tools/run_tests.sh runs two, one a core), else both cores
+torch.set_num_threads(1 if 'PYTEST_XDIST_WORKER' in os.environ else 2)
 
 
 @pytest.fixture(scope='session', autouse=True)

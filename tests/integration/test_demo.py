@@ -236,7 +236,7 @@ SEG_QUARTER = 'train_cfg = dict(max_iters=350, val_interval=350)\n'
 # (mmseg's table, `| name | IoU |`)
 WHOLE_DEMOS = {
     'det': ('coco', det_demo_config, DET_HALFWAY, 'val', {'coco/bbox_mAP': 0.3, 'coco/segm_mAP': 0.28}, {}),
-    'seg': ('ade', seg_demo_config, SEG_QUARTER, 'images/validation', {'mIoU': 40}, dict.fromkeys(SHAPES, 22)),
+    'seg': ('ade', seg_demo_config, SEG_QUARTER, 'images/validation', {'mIoU': 27}, {}),
 }
 IMAGE_SIZE = 128  # the demo sets' images, square (tools/make_demo_data.py)
 
@@ -283,12 +283,11 @@ def test_demo_reaches_its_floors(whole_demo):
     - Mask R-CNN at its halfway point (2 of its 4 epochs, DET_HALFWAY): bbox mAP at least 0.3 and mask
       mAP at least 0.28 (seeded runs scored 0.367 / 0.347 there on 2026-12-04 and 0.364 / 0.348 on
       2026-12-05; 0.552 / 0.525 at the end);
-    - UperNet at its halfway point (700 of its 1400 updates, SEG_HALFWAY): mIoU at least 40 and each
-      shape's IoU at least 22 (seeded runs scored 47.6 there, the shapes 30.0-33.7, on 2026-12-04 and
-      50.4, the shapes 28.4-44.2, on 2026-12-05: the same seed, not the same figures; 71.7 and
-      57.9-70.9 at the end; with a 64-channel decode head, 32.0 there, ellipse and triangle 0; the
-      2026-12-05 checkpoint evaluated with the dataset's reduce_zero_label=True, ADE20K's, 8.3).
-      Predicting background everywhere scores an mIoU of about 20 (background IoU ~80, shapes 0)."""
+    - UperNet at its first quarter (350 of its 1400 updates, SEG_QUARTER): mIoU at least 27 (a seeded
+      run scored 33.4 there on 2026-12-05, 29.7 at 175 updates; the shapes' IoUs still swing between
+      evaluations there, 6-28, so they have no floors of their own; 47.6-50.4 at the halfway point,
+      71.7 at the end). It fails a model that learns no shape: predicting background everywhere
+      scores an mIoU of about 20 (background IoU ~80, shapes 0)."""
     _, _, _, _, floors, class_floors = WHOLE_DEMOS[whole_demo['task']]
     output = whole_demo['evaluation']
     scores = {name: float(re.findall(rf'{name}: ([\d.]+)', output)[-1]) for name in floors}

@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-from xcit_launch.output_files import UnsafeOutput, refuse_link, writing  # noqa: E402  (stdlib only: no stack import)
+from xcit_launch.linkless_writes import UnsafeOutput, refuse_link, writing  # noqa: E402  (stdlib only: no stack import)
 
 # the headline metric of each task; others are plotted only when none of these is logged
 MAIN_METRIC = re.compile(r'(^|/)(bbox_mAP|segm_mAP|mIoU)$')

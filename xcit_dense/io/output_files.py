@@ -1,12 +1,12 @@
 """The toolkit's writes into a work dir or an output folder, never through a link: the writers of
-``xcit_launch/output_files.py`` (where the way they write is described), their refusals raised as
+``xcit_launch/linkless_writes.py`` (where the way they write is described), their refusals raised as
 :class:`~xcit_dense.errors.UnsafeOutputError`, which the tools turn into ``error: ...`` and status 1.
 """
 from contextlib import contextmanager
 from typing import Iterator
 
-from xcit_launch import output_files
-from xcit_launch.output_files import PathLike, UnsafeOutput
+from xcit_launch import linkless_writes
+from xcit_launch.linkless_writes import PathLike, UnsafeOutput
 
 from ..errors import UnsafeOutputError
 
@@ -22,27 +22,27 @@ def _refusals_as_toolkit_errors() -> Iterator[None]:
 
 
 def refuse_link(path: PathLike) -> None:
-    """``output_files.refuse_link``: a link at ``path`` refused before the work that would write there."""
+    """``linkless_writes.refuse_link``: a link at ``path`` refused before the work that would write there."""
     with _refusals_as_toolkit_errors():
-        output_files.refuse_link(path)
+        linkless_writes.refuse_link(path)
 
 
 def write_bytes(path: PathLike, data: bytes, replace_link: bool = False) -> None:
-    """``output_files.write_bytes``: ``data`` written to ``path`` all or nothing; a link at ``path``
+    """``linkless_writes.write_bytes``: ``data`` written to ``path`` all or nothing; a link at ``path``
     refused, or replaced where ``replace_link``."""
     with _refusals_as_toolkit_errors():
-        output_files.write_bytes(path, data, replace_link)
+        linkless_writes.write_bytes(path, data, replace_link)
 
 
 @contextmanager
 def writing(path: PathLike) -> Iterator[str]:
-    """``output_files.writing``: the path a library writes ``path`` to by name, renamed into place."""
-    with _refusals_as_toolkit_errors(), output_files.writing(path) as written:
+    """``linkless_writes.writing``: the path a library writes ``path`` to by name, renamed into place."""
+    with _refusals_as_toolkit_errors(), linkless_writes.writing(path) as written:
         yield written
 
 
 def check_log_folder(folder: PathLike) -> None:
-    """``output_files.check_log_folder``: a run's log folder, refused if a link, another user's or
+    """``linkless_writes.check_log_folder``: a run's log folder, refused if a link, another user's or
     holding a link."""
     with _refusals_as_toolkit_errors():
-        output_files.check_log_folder(folder)
+        linkless_writes.check_log_folder(folder)

@@ -5,9 +5,10 @@ per line), of the newest run in the work dir that trained. Validation records of
 runs are logged per epoch; they are placed at the last iteration of their epoch. Where the run
 logged every rank's figures (``ranks/`` records of the toolkit's RankFiguresHook), a second row
 shows them: peak memory per rank, data wait per rank, the slowest rank's own step time beside
-the others' median, communication wait per rank with the network rate per node, GPU utilisation
-per rank, and the achieved TFLOP/s (mean per rank) with the MFU beside it, or a note where the
-device's peak, and so the MFU, is unknown (CPUs, GPUs not in the hook's table).
+the others' median, communication wait per rank (a share of the interval), the network rate per
+node (MB/s), GPU utilisation per rank, and the achieved TFLOP/s (mean per rank) with the MFU beside
+it, or a note where the device's peak, and so the MFU, is unknown (CPUs, GPUs not in the hook's
+table). A panel the run logged nothing for (GPU utilisation and FLOP/s on CPUs) is left out.
 """
 import argparse
 import json
@@ -81,8 +82,8 @@ RANK_PANELS = (
     ('data wait per rank', [('ranks/data_wait/', '')], 'share of the interval'),
     ('own step time', [('ranks/own_step_max_s', 'slowest rank'),
                        ('ranks/own_step_others_median_s', "the others' median")], 's'),
-    ('communication wait and network', [('ranks/comm_wait/', 'wait '), ('ranks/net_received_mb_s/', 'in MB/s '),
-                                        ('ranks/net_sent_mb_s/', 'out MB/s ')], 'share / MB/s'),
+    ('communication wait per rank', [('ranks/comm_wait/', '')], 'share of the interval'),
+    ('network per node', [('ranks/net_received_mb_s/', 'in '), ('ranks/net_sent_mb_s/', 'out ')], 'MB/s'),
     ('GPU utilisation per rank', [('ranks/gpu_utilisation/', '')], '%'),
 )
 
@@ -92,16 +93,11 @@ NO_MFU = "MFU n/a: the device's peak is unknown"
 
 
 def plot_flops(ranks: List[dict], axis) -> List[str]:
-    """The achieved TFLOP/s per rank (``ranks/tflops_mean``) and, on an axis of its own, the MFU
-    (``ranks/mfu_mean``); returns the curves drawn (a note among them where the MFU is absent)."""
+    """The achieved TFLOP/s per rank (``ranks/tflops_mean``, logged in this run) and, on an axis of its
+    own, the MFU (``ranks/mfu_mean``); returns the curves drawn (a note among them where the MFU is absent)."""
     axis.set_title(FLOPS_PANEL)
     axis.set_ylabel('TFLOP/s per rank')
-    achieved = series(ranks, 'ranks/tflops_mean').get('')
-    if not achieved:
-        axis.text(0.5, 0.5, 'not logged in this run\n(FLOPs counted on GPUs; flops=True on CPUs)',
-                  ha='center', va='center')
-        return []
-    axis.plot(*zip(*achieved), marker='.', color='tab:blue', label='TFLOP/s per rank')
+    axis.plot(*zip(*series(ranks, 'ranks/tflops_mean')['']), marker='.', color='tab:blue', label='TFLOP/s per rank')
     axis.ticklabel_format(axis='y', style='sci', scilimits=(-3, 4))
     mfu = series(ranks, 'ranks/mfu_mean').get('')
     if not mfu:
@@ -114,40 +110,39 @@ def plot_flops(ranks: List[dict], axis) -> List[str]:
     return ['TFLOP/s per rank', 'MFU']
 
 
-def plot_ranks(ranks: List[dict], axes) -> Dict[str, List[str]]:
-    """The second row: each panel of RANK_PANELS, or a note where the run logged none of it, then
-    the FLOP/s panel. Returns each panel's curves by label."""
-    drawn_labels: Dict[str, List[str]] = {}
-    for axis, (title, sources, unit) in zip(axes, RANK_PANELS):
-        drawn = 0
-        for prefix, label in sources:
-            for name, values in sorted(series(ranks, prefix).items()):
-                axis.plot(*zip(*values), marker='.', label=f'{label}{name}'.strip() or prefix)
-                drawn_labels.setdefault(title, []).append(f'{label}{name}'.strip())
-                drawn += 1
-        axis.set_title(title)
-        axis.set_ylabel(unit)
-        if drawn:
-            axis.legend(fontsize=7)
-        else:
-            axis.text(0.5, 0.5, 'not logged in this run', ha='center', va='center')
-    flops = plot_flops(ranks, axes[len(RANK_PANELS)])
-    if flops:
-        drawn_labels[FLOPS_PANEL] = flops
-    return drawn_labels
+def rank_panels(ranks: List[dict]) -> List[Tuple[str, str, List[Tuple[str, List[Tuple[int, float]]]]]]:
+    """The panels of RANK_PANELS the run logged, as (title, y label, [(curve label, values)])."""
+    panels = []
+    for title, sources, unit in RANK_PANELS:
+        curves = [(f'{label}{name}'.strip(), values) for prefix, label in sources
+                  for name, values in sorted(series(ranks, prefix).items())]
+        if curves:
+            panels.append((title, unit, curves))
+    return panels
 
 
 def plot(train: List[dict], metrics: Dict[str, List[Tuple[int, float]]], out: Path, title: str,
          ranks: List[dict] = ()) -> Dict[str, List[str]]:
-    """Draw the panels into ``out``; returns the curves of every rank's panels that were drawn."""
-    rows = 2 if ranks else 1
-    columns = len(RANK_PANELS) + 1 if ranks else 3
+    """Draw the panels into ``out``; returns the curves of every rank's panel drawn (the second row: the
+    logged panels of RANK_PANELS, then the FLOP/s panel where FLOP/s were logged)."""
+    panels = rank_panels(ranks)
+    flops = bool(series(ranks, 'ranks/tflops_mean').get(''))
+    second = len(panels) + flops  # the second row's panels
+    rows, columns = (2 if second else 1), max(3, second)
     fig, grid = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
-    drawn = plot_ranks(ranks, grid[1]) if ranks else {}
-    if ranks:
-        for axis in grid[0][3:]:
-            axis.axis('off')
-    axes = list(grid[0][:3]) + (list(grid[1]) if ranks else [])
+    drawn: Dict[str, List[str]] = {}
+    for axis, (panel, unit, curves) in zip(grid[-1], panels):
+        for label, values in curves:
+            axis.plot(*zip(*values), marker='.', label=label)
+        axis.set_title(panel)
+        axis.set_ylabel(unit)
+        axis.legend(fontsize=7)
+        drawn[panel] = [label for label, _ in curves]
+    if flops:
+        drawn[FLOPS_PANEL] = plot_flops(ranks, grid[1][len(panels)])
+    for axis in list(grid[0][3:]) + (list(grid[1][second:]) if second else []):
+        axis.axis('off')
+    axes = list(grid[0][:3]) + (list(grid[1][:second]) if second else [])
     steps = [r['step'] for r in train]
     loss_axis, lr_axis, metric_axis = grid[0][:3]
     for key in sorted({k for r in train for k in r if k.startswith('loss')}):

@@ -18,6 +18,8 @@ from pycocotools import mask as mask_utils
 from torch import nn
 from torchvision.ops import nms
 
+from xcit_launch.known_warnings import without_known_prints
+
 from .engine.compile import take_compile_option
 from .engine.cuda_ops import check_cuda_ops
 from .engine.dist import gpus_present
@@ -37,7 +39,8 @@ class CheckedWeights:
         self.weights_source, self.raw_weights, self.weights_used = weights, raw_weights, None
         self.config_source = (model if isinstance(model, str)
                               else getattr(model, 'filename', None) or 'the config')
-        super().__init__(model=model, weights=weights, **kwargs)
+        with without_known_prints():  # MMEngine's bare notice as it reads the weights: weights_used names them
+            super().__init__(model=model, weights=weights, **kwargs)
 
     def _load_weights_to_model(self, model: nn.Module, checkpoint: Optional[dict], cfg: Config) -> None:
         """Check the checkpoint's task and keys against the model, then load it as the stock class does."""

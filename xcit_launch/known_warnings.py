@@ -4,7 +4,10 @@ Standard library only: ``xcit_dense`` and the launch preflight call it before an
 """
 import logging
 import re
+import sys
 import warnings
+from contextlib import contextmanager
+from typing import Iterator, TextIO
 
 # (category, start of the message) of warnings the pinned versions emit on every run
 KNOWN_WARNINGS = (
@@ -37,6 +40,11 @@ KNOWN_LOG_MESSAGES = (
     'Advance dataloader ',
 )
 
+# what MMEngine prints bare on stdout (print_log without a logger): its checkpoint reader's notice before
+# each read of a local file, beside the toolkit's own line naming the weights used (and the Runner's
+# "Load checkpoint from PATH")
+KNOWN_PRINTED = ('Loads checkpoint by local backend from path: ',)
+
 
 class KnownLogMessages(logging.Filter):
     """Drop the known mmengine deprecation notices from a logger."""
@@ -49,3 +57,38 @@ def silence_known_warnings() -> None:
     """Ignore exactly the known warnings; every other warning is shown as before."""
     for category, message in KNOWN_WARNINGS:  # the start of the message, as written (not a pattern)
         warnings.filterwarnings('ignore', message=re.escape(message), category=category)
+
+
+class _WithoutKnownLines:
+    """A text stream that passes on every line written to it but those starting with ``KNOWN_PRINTED``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.pending = stream, ''
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split('\n')
+        for line in lines:
+            if not line.startswith(KNOWN_PRINTED):
+                self.stream.write(line + '\n')
+        return len(text)
+
+    def flush(self) -> None:
+        """Pass on what is written of a line (a progress bar) too."""
+        self.stream.write(self.pending)
+        self.pending = ''
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def without_known_prints() -> Iterator[None]:
+    """Within: the known notices MMEngine prints bare (``KNOWN_PRINTED``) are dropped from stdout."""
+    stdout = sys.stdout
+    sys.stdout = _WithoutKnownLines(stdout)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout

@@ -16,6 +16,9 @@ default_hooks = dict(
     preemption=dict(type='PreemptionHook'),
     # a NaN/inf loss makes no update; stop (or skip the batch with skip=True)
     nonfinite_loss=dict(type='NonFiniteLossHook'),
+    # MMEngine's scheduler hook, stepping at the end of each optimizer step: under gradient
+    # accumulation every micro-batch of step j trains at the schedule's value for step j
+    param_scheduler=dict(type='OptimizerStepSchedulerHook'),
     # the batch plan in checkpoints; a resume under another plan keeps the optimizer steps
     batch_plan=dict(type='BatchPlanHook'),
     # the data position (epoch, samples) in checkpoints; a resume continues at the next sample

@@ -103,10 +103,22 @@ def test_a_broken_copy_is_named(coco, tmp_path, capsys):
     message = check_tool(DET_CONFIG, det_options(broken), capsys)
     assert f'annotation file not found: {broken}/annotations/instances_train.json' in message
     assert 'see README: Datasets' in message
+    train_report = message[message.index('train ('):message.index('val (')]  # (val is read: its classes)
+    assert ('classes: 3 (rectangle, ellipse, triangle), as the config names them (the data was not read)'
+            in train_report), train_report
 
     (broken / 'annotations/instances_train.json').write_text('{"images": [')
     message = check_tool(DET_CONFIG, det_options(broken), capsys)
     assert f'annotation file {broken}/annotations/instances_train.json is not valid JSON' in message
+
+
+def test_a_split_not_read_and_no_classes_in_the_config(tmp_path):
+    """The COCO recipe names no classes (its dataset class holds them): none are invented."""
+    cfg = Config.fromfile(str(ROOT / 'configs/xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py'))
+    cfg.merge_from_dict({'train_dataloader.dataset.data_root': f'{tmp_path}/'})
+    train, = check_dataset(cfg, ['train'])
+    assert '  classes: not known (the config names none and the data was not read)' in train.lines()
+    assert 'annotation file not found' in train.problems[0]
 
 
 def test_classes_that_differ_from_the_annotation_file(coco, capsys):

@@ -23,6 +23,9 @@ def test_awkward_images_give_outputs_or_clear_errors(tmp_path, tiny_seg_run):
     proc = run_tool_in_process('tools/infer.py', config, work_dir / 'iter_4.pth', images,  # no process of its own
                                '--out-dir', tmp_path / 'out', cwd=tmp_path)
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    # the weights named once: the toolkit's line, not MMEngine's bare "Loads checkpoint by local backend"
+    assert f'weights: {work_dir / "iter_4.pth"} (trained without an average)' in proc.stderr
+    assert 'Loads checkpoint by' not in proc.stdout + proc.stderr
     results = {r['image'].split('/')[-1]: r for r in json.loads((tmp_path / 'out/results.json').read_text())['images']}
     for name, (h, w) in {'thin.png': (17, 2000), 'huge.jpg': (2000, 3000), 'gray.png': (50, 70),
                          'rgba.png': (50, 70), 'deep.png': (50, 70)}.items():

@@ -52,6 +52,9 @@ def test_train_then_test_with_outputs(tmp_path, tiny_seg_run):
                                '--out', tmp_path / 'preds.pkl', '--show-dir', tmp_path / 'show', cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'mIoU' in proc.stdout + proc.stderr
+    # the weights named once: the toolkit's line, not MMEngine's bare "Loads checkpoint by local backend"
+    assert f'weights: {checkpoint} (trained without an average)' in proc.stdout
+    assert 'Loads checkpoint by' not in proc.stdout + proc.stderr
     assert (tmp_path / 'preds.pkl').stat().st_size > 0
     assert len(list((tmp_path / 'show').rglob('*.png'))) == 4
 

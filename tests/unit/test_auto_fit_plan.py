@@ -5,7 +5,9 @@ from helpers import ROOT
 from mmengine.config import Config
 from torch import nn
 
-from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, probe_shape
+from xcit_dense.builder import load_config
+from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, fit, probe_shape
+from xcit_dense.tasks import task_of_config
 
 pytestmark = pytest.mark.quick
 
@@ -76,3 +78,19 @@ def test_the_memory_beside_the_probe_counts_the_ema_copy_of_parameters_and_buffe
     everything = (110 + 20) * 4 + (10 + 10) * 4 + 8  # parameters, running mean and var, num_batches_tracked
     assert extra_bytes(cfg, model, ema=False) == 3 * trained
     assert extra_bytes(cfg, model, ema=True) == 3 * trained + everything
+
+
+def test_one_image_through_upernets_batch_norm_is_explained():
+    """The one-process UperNet demo probed at 1 image per GPU: BN on the 1x1 pooled features cannot train,
+    and the message says so and what would (not only torch's "Expected more than 1 value per channel")."""
+    tiny = {'model.backbone.embed_dims': 64, 'model.backbone.depth': 4, 'model.backbone.num_heads': 4,
+            'model.backbone.out_indices': (0, 1, 2, 3), 'model.decode_head.in_channels': [64] * 4,
+            'model.auxiliary_head.in_channels': 64, 'auto_fit.probe_shape': (64, 64)}
+    cfg = load_config(str(ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'), tiny)
+    task_of_config(cfg).import_models()
+    with pytest.raises(AutoFitError) as failure:
+        fit(cfg, cfg.model, 1, 2, amp=None)
+    message = str(failure.value)
+    assert 'at 1 images per GPU: ValueError: Expected more than 1 value per channel when training' in message
+    for part in ('BN cannot train on one', 'model.backbone.with_cp=True', 'SyncBN', "type='GN'"):
+        assert part in message, message

@@ -1,10 +1,19 @@
-"""LR scaling and gradient accumulation: the resolved plan for a table of cases, no processes."""
+"""LR scaling and gradient accumulation: the resolved plan for a table of cases, and the learning rate
+of each optimizer step in short in-process runs of a one-layer model; no processes."""
+import warnings
+
 import pytest
-from helpers import ROOT, run_tool_in_process
+import torch
+from helpers import ROOT, own_runner_instances, run_tool_in_process
 from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch.utils.data import DataLoader
 
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
 from xcit_dense.engine.batch_plan import replan_checkpoint
+from xcit_dense.engine.hooks import toolkit_hooks
 from xcit_dense.engine.run_config import configure_optim_wrapper
 
 DET = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
@@ -46,8 +55,9 @@ def test_iteration_schedule_keeps_recipe_in_optimizer_steps(accumulation):
     assert cfg.train_cfg.val_interval == 16000 * a
     assert cfg.default_hooks.checkpoint.interval == 16000 * a
     warmup, poly = cfg.param_scheduler
-    assert (warmup.begin, warmup.end) == (0, 1500 * a)
-    assert (poly.begin, poly.end) == (0, 160000 * a)
+    # last active at micro-iteration (end - 1) x a, the start of the recipe's last step (end - 1)
+    assert (warmup.begin, warmup.end) == (0, 1499 * a + 1)
+    assert (poly.begin, poly.end) == (0, 159999 * a + 1)
     assert poly.eta_min == 0
 
 
@@ -56,7 +66,7 @@ def test_epoch_schedule_keeps_epochs_and_warmup_steps(accumulation):
     _, cfg = plan_for(DET, 4, 2, accumulation)
     assert cfg.train_cfg.max_epochs == 36 and cfg.train_cfg.val_interval == 1
     warmup, steps = cfg.param_scheduler
-    assert warmup.end == 500 * accumulation  # warmup is counted in (micro-)iterations
+    assert warmup.end == 499 * accumulation + 1  # warmup is counted in (micro-)iterations
     assert steps.milestones == [27, 33] and steps.by_epoch
 
 
@@ -146,3 +156,80 @@ def test_a_checkpoint_under_more_accumulation_keeps_the_optimizer_steps(iteratio
     assert checkpoint['optimizer']['param_groups'] == [dict(lr=2e-4, initial_lr=2e-4)]
     assert checkpoint['param_schedulers'] == [dict(base_values=[2e-4], _last_value=[2e-4],
                                                    last_step=steps, _global_step=steps)]
+
+
+class OneLayer(BaseModel):
+    """The smallest model MMEngine trains: one linear layer, its squared output as the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, inputs, data_samples=None, mode='loss'):
+        return dict(loss=self.linear(inputs).pow(2).mean())
+
+
+class RecordStepLR(Hook):
+    """The learning rate each optimizer step trains at (torch's step pre-hook)."""
+
+    def __init__(self) -> None:
+        self.lrs = []
+
+    def before_train(self, runner) -> None:
+        runner.optim_wrapper.optimizer.register_step_pre_hook(
+            lambda optimizer, args, kwargs: self.lrs.append(optimizer.param_groups[0]['lr']))
+
+
+# each a loop, a schedule in the recipe's optimizer steps (epochs of 4 steps) and how close the steps'
+# LRs are: MMEngine chains the active schedulers, a factor each, except that a cosine's eta_min is
+# added, so a cosine with eta_min beside a warmup moves by slightly other values when stepped by
+# micro-iterations (here within 5e-4 of the LR)
+SCHEDULES = {
+    'iterations': (dict(by_epoch=False, max_iters=8), 1e-9, [
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=3),
+        dict(type='MultiStepLR', milestones=[4], gamma=0.5, by_epoch=False),
+        dict(type='StepLR', step_size=3, gamma=0.8, by_epoch=False),
+        dict(type='CosineAnnealingLR', by_epoch=False, begin=2, end=8),
+        dict(type='PolyLR', power=1.0, by_epoch=False, begin=0, end=8)]),
+    'epochs': (dict(by_epoch=True, max_epochs=2), 1e-3, [  # the detection recipes' and the demo's
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=3),
+        dict(type='MultiStepLR', milestones=[1], gamma=0.5, by_epoch=True),
+        dict(type='CosineAnnealingLR', eta_min_ratio=0.01, by_epoch=True, begin=0, end=2,
+             convert_to_iter_based=True)]),
+}
+
+
+def step_lrs(tmp_path, loop: dict, schedule: list, images: int, accumulation: int) -> list:
+    """The LR of each optimizer step of a run planned as tools/train.py plans it (``images`` per batch,
+    ``accumulation``; 16 samples), with the scheduler hook the toolkit declares."""
+    cfg = Config(dict(train_dataloader=dict(batch_size=images), train_cfg=loop, param_scheduler=schedule,
+                      optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+                      auto_scale_lr=dict(enable=False, base_batch_size=4)))
+    plan = resolve_batch_plan(cfg, 1, accumulation)
+    apply_batch_plan(cfg, plan)
+    configure_optim_wrapper(cfg, plan)
+    record = RecordStepLR()
+    data = DataLoader([dict(inputs=torch.full((2,), float(i))) for i in range(16)], batch_size=images)
+    with own_runner_instances():
+        Runner(model=OneLayer(), work_dir=str(tmp_path / f'acc{accumulation}'), train_dataloader=data,
+               train_cfg=cfg.train_cfg, optim_wrapper=cfg.optim_wrapper, param_scheduler=cfg.param_scheduler,
+               default_hooks=dict(param_scheduler=dict(type=toolkit_hooks()['param_scheduler']), logger=None,
+                                  checkpoint=None),
+               custom_hooks=[record], default_scope='mmengine', cfg=cfg).train()
+    return record.lrs
+
+
+@pytest.mark.parametrize('accumulation', [2, 4])
+@pytest.mark.parametrize('kind', sorted(SCHEDULES))
+def test_each_optimizer_step_trains_at_the_recipes_lr(tmp_path, kind, accumulation):
+    """Batch 4 at once, and 4 // accumulation images accumulated: every optimizer step at the same LR,
+    with no warning that a scheduler stepped before the optimizer (MMEngine's scheduler hook steps
+    after every micro-batch: step j trained at the value of micro-iteration (j + 1) x accumulation - 1)."""
+    loop, tolerance, schedule = SCHEDULES[kind]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        recipe = step_lrs(tmp_path, loop, schedule, 4, 1)
+        accumulated = step_lrs(tmp_path, loop, schedule, 4 // accumulation, accumulation)
+    assert len(recipe) == 8 and len(set(recipe)) > 4  # 8 steps, the LR moving
+    assert accumulated == pytest.approx(recipe, rel=tolerance, abs=1e-12)
+    assert not [w for w in caught if 'scheduler.step()' in str(w.message)]

@@ -9,12 +9,14 @@ import statistics
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import List, Optional
 
+import matplotlib
 import pytest
 import torch
-from helpers import ROOT, rank_processes
+from helpers import ROOT, rank_processes, run_tool_in_process
 from mmengine.model import BaseModel
 from torch import nn
 from torch.utils.data import Dataset
@@ -150,7 +152,7 @@ def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_r
     assert sorted(lines[1:]) == sorted([
         '  peak memory per rank: rank0, rank1', '  data wait per rank: rank0, rank1',
         "  own step time: slowest rank, the others' median",
-        '  communication wait and network: wait rank0, wait rank1',
+        '  communication wait per rank: rank0, rank1',
         '  achieved FLOP/s and MFU: TFLOP/s per rank, MFU'])
     assert out.stat().st_size > 10_000
     # the same run where the device's peak is unknown (as on CPUs without peak_tflops): FLOP/s only, said so
@@ -165,6 +167,45 @@ def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_r
                           capture_output=True, text=True, timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert "  achieved FLOP/s and MFU: TFLOP/s per rank, (MFU n/a: the device's peak is unknown)" in plot.stdout
+
+
+def svg_panels(svg: Path) -> dict:
+    """{title: every text of its axes} of the axes drawn in a figure saved as SVG with its texts as text
+    (svg.fonttype none): matplotlib writes an axes' title as its last text of its own (after the ticks)."""
+    tag = '{http://www.w3.org/2000/svg}'
+    panels = {}
+    for group in ElementTree.parse(svg).iter(f'{tag}g'):
+        own_texts = [child for child in group if child.get('id', '').startswith('text_')]
+        if group.get('id', '').startswith('axes_') and own_texts:
+            panels[''.join(own_texts[-1].itertext()).strip()] = [''.join(text.itertext()).strip()
+                                                                 for text in group.iter(f'{tag}text')]
+    return panels
+
+
+def test_the_plot_draws_shares_and_rates_apart_and_leaves_out_what_a_cpu_run_did_not_log(tmp_path):
+    """Two CPU ranks on one node: the communication wait (a share) on an axis of its own, not on the
+    network's MB/s axis; no GPU utilisation or FLOP/s panel (nothing logged), no empty panel."""
+    scalars = tmp_path / 'run' / '20261205_000000' / 'vis_data' / 'scalars.json'
+    scalars.parent.mkdir(parents=True)
+    records = []
+    for step in (2, 4):
+        records.append(dict(step=step, loss=1.0 / step, lr=0.01))
+        records.append({'step': step, 'ranks/own_step_max_s': 0.2, 'ranks/own_step_others_median_s': 0.1,
+                        **{f'ranks/{name}/rank{rank}': value for rank in (0, 1)
+                           for name, value in (('memory_mb', 100.0), ('data_wait', 0.1), ('comm_wait', 0.3))},
+                        'ranks/net_received_mb_s/node0': 50.0, 'ranks/net_sent_mb_s/node0': 40.0})
+    scalars.write_text(''.join(json.dumps(record) + '\n' for record in records))
+    with matplotlib.rc_context({'svg.fonttype': 'none'}):
+        proc = run_tool_in_process('tools/plot_logs.py', tmp_path / 'run', '--out', tmp_path / 'curves.svg',
+                                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    panels = svg_panels(tmp_path / 'curves.svg')
+    assert set(panels) == {'training loss', 'learning rate', 'validation', 'peak memory per rank',
+                           'data wait per rank', 'own step time', 'communication wait per rank', 'network per node'}
+    wait, network = panels['communication wait per rank'], panels['network per node']
+    assert {'share of the interval', 'rank0', 'rank1'} <= set(wait) and not any('MB/s' in t for t in wait)
+    assert {'MB/s', 'in node0', 'out node0'} <= set(network)
+    assert '  communication wait per rank: rank0, rank1' in proc.stdout.splitlines()
 
 
 def figures(rank: int, own_step_s, data_wait: Optional[float] = 0.0, memory_mb: float = 100.0) -> RankFigures:

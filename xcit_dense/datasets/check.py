@@ -47,6 +47,7 @@ class SplitReport:
     sizes: List[Tuple[int, int]] = field(default_factory=list)  # (height, width) of each image
     size_mismatches: List[str] = field(default_factory=list)  # images loaded at another size than annotated
     problems: List[str] = field(default_factory=list)
+    read: bool = False  # the dataset class read the split's data (else: the problems say why not)
     bad_kinds: Counter = field(default_factory=Counter)  # samples and annotations, by kind
     bad_examples: Dict[str, str] = field(default_factory=dict)  # the first of each kind
 
@@ -54,13 +55,19 @@ class SplitReport:
         self.bad_kinds[kind] += count
         self.bad_examples.setdefault(kind, example)
 
+    def _classes_line(self) -> str:
+        if not self.read and not self.classes:
+            return '  classes: not known (the config names none and the data was not read)'
+        return (f'  classes: {len(self.classes)} ({", ".join(self.classes)})'
+                + ('' if self.read else ', as the config names them (the data was not read)'))
+
     def lines(self) -> List[str]:
         """The report as printed: a header line, then one indented line per item."""
         out = [f'{self.split} ({self.dataset_type}):',
                f'  images: {self.images} found, {len(self.missing_images)} missing'
                + (f' (e.g. {self.missing_images[0]})' if self.missing_images else ''),
                f'  annotations: {self.annotations} {self.annotation_kind}',
-               f'  classes: {len(self.classes)} ({", ".join(self.classes)})']
+               self._classes_line()]
         if self.file_classes is not None:
             left_out = [c for c in self.file_classes if c not in self.classes]
             if set(self.file_classes) == set(self.classes):
@@ -150,7 +157,9 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     """Read one split of ``cfg`` (train or val) through its dataset class and count what it holds."""
     loader = SPLITS[split]
     dataset_cfg = dict(config_datasets(cfg))[loader]
-    report = SplitReport(split, dataset_cfg.get('type', '?'))
+    # the config's classes, until the dataset class reads its own (a split whose data cannot be read)
+    report = SplitReport(split, dataset_cfg.get('type', '?'),
+                         classes=tuple((dataset_cfg.get('metainfo') or {}).get('classes') or ()))
     try:
         check_data_files(cfg, [loader])
     except DataFilesError as exc:
@@ -164,7 +173,7 @@ def check_split(cfg: Config, split: str) -> SplitReport:
         report.problems.append(f'{dataset_cfg.get("type")} cannot read its data: {type(exc).__name__}: '
                                f'{str(exc)[:300]}{hint}')
         return report
-    report.classes = tuple(dataset.metainfo.get('classes', ()))
+    report.classes, report.read = tuple(dataset.metainfo.get('classes', ())), True
     segmentation = 'instances' not in (dataset.data_list[0] if dataset.data_list else {})  # mmseg's
     if segmentation:
         report.annotation_kind = 'label maps'

@@ -42,6 +42,18 @@ HEADROOM = 0.9  # the share of the usable memory a fitted plan may fill
 OPTIMIZER_STATE = {'AdamW': 2, 'Adam': 2, 'SGD': 1}
 
 
+# torch's BatchNorm refusing to train on one value per channel: one image per process through a layer
+# whose input is pooled to 1x1 (UperNet's pyramid pooling)
+BATCH_NORM_ON_ONE = 'Expected more than 1 value per channel when training'
+ONE_IMAGE_WITH_BN = (
+    'one image per process gives BatchNorm on features pooled to 1x1 (UperNet\'s pyramid pooling) one value '
+    'per channel, and BN cannot train on one. Keep 2 images per GPU and save memory with '
+    'model.backbone.with_cp=True (or --amp on GPUs); or train 1 image per GPU on several GPUs with SyncBN, '
+    'whose statistics span the processes (set train_dataloader.batch_size=1 and --accumulation yourself: '
+    'the probe runs SyncBN as BN); or use GroupNorm in the heads '
+    "(norm_cfg=dict(type='GN', num_groups=32, requires_grad=True))")
+
+
 class AutoFitError(ToolkitError):
     """The probe could not run (a bad ``auto_fit`` config, or a rank's failure that is not about memory)."""
 
@@ -318,8 +330,9 @@ def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
                                                 usable, extra))
             failed = next((o for o in outcomes if o.result == 'failed'), None)
             if failed is not None:
+                why = f'; {ONE_IMAGE_WITH_BN}' if BATCH_NORM_ON_ONE in failed.detail else ''
                 raise AutoFitError(f'the auto-fit probe failed on rank {failed.rank} (host {failed.host}) at '
-                                   f'{tried_images} images per GPU: {failed.detail}')
+                                   f'{tried_images} images per GPU: {failed.detail}{why}')
             short = [o for o in outcomes if o.result != 'fit']
             lines.append(f'auto-fit: {tried_images} images per GPU x accumulation {tried_accumulation}: '
                          + ('fits on every rank' if not short else 'out of memory on rank(s) '

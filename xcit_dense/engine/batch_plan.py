@@ -97,6 +97,28 @@ def recount(counter: int, old_accumulation: int, new_accumulation: int) -> int:
     return counter // old_accumulation * new_accumulation
 
 
+def recount_scheduler(sched: dict, accumulation: int) -> None:
+    """Rewrite an iteration-counted scheduler's config in place from optimizer steps to micro-iterations.
+
+    ``hooks.OptimizerStepSchedulerHook`` steps the schedulers at the end of each optimizer step, so
+    step j trains at their value after j x accumulation micro-iterations: every count is multiplied,
+    except ``end``. MMEngine's warmup and decay schedules reach their last value at ``end - 1``
+    (``total_iters = end - begin - 1``), so ``end`` becomes one past (end - 1) x accumulation; the
+    cosine schedules' default ``T_max`` (``end - begin``) is written out, multiplied, before that.
+    Other per-iteration factors (ExponentialLR's ``gamma``) are not rewritten.
+    """
+    begin, end = sched.get('begin', 0), sched.get('end')
+    if 'CosineAnnealing' in str(sched.get('type')) and sched.get('T_max') is None and isinstance(end, int):
+        sched['T_max'] = end - begin
+    for key in ('begin', 'T_max', 'step_size'):
+        if isinstance(sched.get(key), int):
+            sched[key] = recount(sched[key], 1, accumulation)
+    if isinstance(sched.get('milestones'), (list, tuple)):
+        sched['milestones'] = [recount(step, 1, accumulation) for step in sched['milestones']]
+    if isinstance(end, int):
+        sched['end'] = recount(end - 1, 1, accumulation) + 1
+
+
 def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
     """Rewrite the schedule of ``cfg`` in place for ``plan``; MMEngine's own LR scaling is switched off.
 
@@ -109,9 +131,7 @@ def apply_batch_plan(cfg: Config, plan: BatchPlan) -> None:
         if sched.get('eta_min'):
             sched['eta_min'] = sched['eta_min'] * plan.lr_scale
         if not sched.get('by_epoch', True):  # iteration-counted: count micro-iterations
-            for key in ('begin', 'end', 'T_max'):
-                if isinstance(sched.get(key), int):
-                    sched[key] = recount(sched[key], 1, acc)
+            recount_scheduler(sched, acc)
     loop = cfg.train_cfg
     if not loop.get('by_epoch', loop.get('type') == 'EpochBasedTrainLoop'):
         for key in ('max_iters', 'val_interval', 'val_begin'):

@@ -20,7 +20,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import LOOPS, RUNNERS
 from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
-from xcit_launch.known_warnings import KnownLogMessages
+from xcit_launch.known_warnings import KnownLogMessages, without_known_prints
 
 from ..io.checkpoint_schemes import handed_over
 from ..io.output_files import check_log_folder, refuse_link, writing
@@ -151,9 +151,11 @@ class ToolkitRunner(Runner):
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: Sequence[Tuple[str, str]] = ((r'^module.', ''),)):
         """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's (through the
-        toolkit's checked reader of local files, ``checkpoint_schemes``, where it is installed)."""
-        if self._handed is None or self._handed[0] != filename:
-            return super().load_checkpoint(filename, map_location, strict, revise_keys)
-        handed, self._handed = self._handed, None
-        with handed_over(*handed):
-            return super().load_checkpoint(filename, map_location, strict, revise_keys)
+        toolkit's checked reader of local files, ``checkpoint_schemes``, where it is installed), without
+        the bare notice its reader prints (``without_known_prints``: the log names the file)."""
+        with without_known_prints():
+            if self._handed is None or self._handed[0] != filename:
+                return super().load_checkpoint(filename, map_location, strict, revise_keys)
+            handed, self._handed = self._handed, None
+            with handed_over(*handed):
+                return super().load_checkpoint(filename, map_location, strict, revise_keys)

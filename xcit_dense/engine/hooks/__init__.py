@@ -10,6 +10,7 @@ from .declared import toolkit_hooks
 from .eval_progress import EvalProgressHook
 from .model_ema import OptimizerStepEMAHook, WarmupEMA, ema_hook
 from .nonfinite_loss import NonFiniteLossError, NonFiniteLossHook
+from .optimizer_step_scheduler import OptimizerStepSchedulerHook
 from .preemption import PreemptionHook
 from .rank_figures import RankFiguresHook
 from .rng_state import RNGStateHook
@@ -18,5 +19,6 @@ from .step_bound import StepBoundHook
 from .throughput import ThroughputHook
 
 __all__ = ['AUTO_FIT_KEY', 'AutoFitHook', 'BatchPlanHook', 'DataPositionHook', 'EvalProgressHook',
-           'NonFiniteLossError', 'NonFiniteLossHook', 'OptimizerStepEMAHook', 'PreemptionHook', 'RankFiguresHook',
-           'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'ThroughputHook', 'WarmupEMA', 'ema_hook', 'toolkit_hooks']
+           'NonFiniteLossError', 'NonFiniteLossHook', 'OptimizerStepEMAHook', 'OptimizerStepSchedulerHook',
+           'PreemptionHook', 'RankFiguresHook', 'RNGStateHook', 'ShowDirHook', 'StepBoundHook', 'ThroughputHook',
+           'WarmupEMA', 'ema_hook', 'toolkit_hooks']

@@ -5,7 +5,9 @@
 # cluster already running is left alone); elsewhere they are skipped with the reason (under
 # CI=true on such a root machine, they fail instead).
 # Without arguments: three stages, each timed: the main suite; the slow tests (marker "slow": the
-# demos' learning floors, the whole tiny GPU check, most launched multi-process runs); the cluster tests (marker "cluster").
+# detection demo's learning floors, the whole tiny GPU check, most launched multi-process runs); the
+# cluster tests (marker "cluster"). Tests marked "long" (the segmentation demo's learning floors, half an
+# hour on a slow day) are left out of all three: `bash tools/run_tests.sh -m long` runs them.
 # `quick`: the unit tests that need no launched run (marker "quick"), a few minutes, for users.
 # Other arguments go to one pytest run instead, e.g. bash tools/run_tests.sh -k backbone
 # Each stage's time is printed against its budget on the developers' machine (2 CPU cores; see
@@ -26,7 +28,8 @@ pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@
 # the slow and cluster stages' launched multi-process runs already use both cores
 TWO_WORKERS=(-n 2 --dist loadfile)
 # seconds: the quick check, the three stages, and all of a run without arguments, the install included
-declare -A BUDGET=([quick]=180 ["not cluster and not slow"]=600 [slow]=1600 [cluster]=450 [all]=2400)
+declare -A BUDGET=([quick]=180 ["not cluster and not slow and not long"]=600 ["slow and not long"]=1600 \
+  [cluster]=450 [all]=2400)
 took() {  # WHAT SECONDS BUDGET: the line that gives a time against its budget
   local over=""
   [ "$2" -le "$3" ] || over=", over it by $(($2 - $3)) s"
@@ -44,11 +47,12 @@ if [ $# -gt 0 ]; then
   exit
 fi
 status=0
-for stage in "not cluster and not slow" "slow" "cluster"; do
+# the checks marked long (pytest.ini) are left out: `bash tools/run_tests.sh -m long` runs them
+for stage in "not cluster and not slow and not long" "slow and not long" "cluster"; do
   start=$SECONDS
   echo "[tests] stage: -m \"$stage\""
   workers=()
-  [ "$stage" != "not cluster and not slow" ] || workers=("${TWO_WORKERS[@]}")
+  [ "$stage" != "not cluster and not slow and not long" ] || workers=("${TWO_WORKERS[@]}")
   pytest_run -m "$stage" "${workers[@]}" --durations=20 || status=$?  # the twenty slowest: each stage in its budget
   took "stage -m \"$stage\"" $((SECONDS - start)) "${BUDGET[$stage]}"
 done

@@ -4,7 +4,8 @@ so that a case which crashes the process is the one after the last line printed.
 
 ``python checkpoint_attacks.py FOLDER`` (tests/unit/test_checkpoint_security.py, TORCH_HOME set to
 FOLDER/torch_home): issue 31's attacks (the planted ones hold a PickleExploit that creates FOLDER/pwned
-when unpickled), then issue 47's (:func:`shape_attacks`) through the checked reader, each line
+when unpickled) and issue 63's deflate bomb behind a second central directory (both with their peak
+memory), then issue 47's (:func:`shape_attacks`) through the checked reader, each line
 ``{case: [outcome, CPU seconds]}``, and torch's allow-list before and after ``import xcit_dense`` and a
 read (``{"safe globals": [...]}``). ``python checkpoint_attacks.py FOLDER read_meta|mmengine`` tries
 issue 47's attacks (and the damaged metas) through that reading path only."""
@@ -16,9 +17,10 @@ import sys
 import tarfile
 import time
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -102,17 +104,11 @@ def many_opcodes(folder: Path, count: int = 2 ** 20) -> Path:
 
 
 def zip_declaring(folder: Path, size: int) -> Path:
-    """A real checkpoint whose tensor record (deflated) declares ``size`` bytes in the central
-    directory, as a crafted archive would."""
-    torch.save({'state_dict': {'w': torch.zeros(256)}}, folder / 'plain.pth')
-    path = folder / 'record.pth'
-    with zipfile.ZipFile(folder / 'plain.pth') as source, zipfile.ZipFile(path, 'w') as out:
-        for info in source.infolist():
-            out.writestr(info.filename, source.read(info), compress_type=zipfile.ZIP_DEFLATED
-                         if '/data/' in info.filename else zipfile.ZIP_STORED)
-        record = next(i for i in out.filelist if '/data/' in i.filename)
-        record.file_size = size  # written into the central directory (zip64) at close
-    return path
+    """A real checkpoint whose tensor record declares ``size`` bytes (stored, in its central entry and its
+    local header alike), as a crafted archive would: more than the file holds."""
+    records = torch_records(folder)
+    return write(folder / 'record.pth', zip_bytes([(name, data, dict(declared=size) if '/data/' in name else {})
+                                                   for name, data in records]))
 
 
 def zero_strides(folder: Path) -> Path:
@@ -350,10 +346,137 @@ def try_shape_attacks(folder: Path, path_kind: str) -> None:
         timed(case, lambda: read(str(path)))
 
 
+# --- issue 63: archives that torch's reader (miniz) reads otherwise than Python's zipfile ------------
+
+def torch_records(folder: Path) -> List[Tuple[str, bytes]]:
+    """The records (name, data) torch.save writes for a small state dict, in its order."""
+    torch.save({'state_dict': {'w': torch.ones(2)}}, folder / 'small.pth')
+    with zipfile.ZipFile(folder / 'small.pth') as source:
+        return [(info.filename, source.read(info)) for info in source.infolist()]
+
+
+def zip_record(name: str, data: bytes, offset: int, deflate: bool = False, declared: Optional[int] = None,
+               local_name: Optional[str] = None, content: Optional[Tuple[bytes, int, int]] = None
+               ) -> Tuple[bytes, bytes]:
+    """A record at ``offset`` as Python's zipfile writes one (no data descriptor): its local header
+    with its data, and its central entry. ``deflate``: its data deflated; ``content``: (deflated data,
+    CRC, size) given instead; ``declared``: the size both headers declare (a zip64 field from 4 GiB);
+    ``local_name``: another name in its local header."""
+    if deflate:
+        content = zlib.compress(data, 9, wbits=-15), zlib.crc32(data), len(data)
+    payload, crc, size = content or (data, zlib.crc32(data), len(data))
+    method, sizes, extra = 0 if content is None else 8, (len(payload), size), b''
+    if declared is not None:
+        sizes = (min(declared, 0xFFFFFFFF),) * 2
+        extra = struct.pack('<2H2Q', 1, 16, declared, declared) if declared >= 0xFFFFFFFF else b''
+    encoded, local_encoded = name.encode(), (local_name or name).encode()
+    local = struct.pack('<4s5H3L2H', b'PK\x03\x04', 20, 0, method, 0, 0, crc, *sizes, len(local_encoded),
+                        len(extra)) + local_encoded + extra + payload
+    central = struct.pack('<4s6H3L5H2L', b'PK\x01\x02', 20, 20, 0, method, 0, 0, crc, *sizes, len(encoded),
+                          len(extra), 0, 0, 0, 0, offset) + encoded + extra
+    return local, central
+
+
+def end_record(entries: int, directory_size: int, directory_at: int, comment: bytes = b'') -> bytes:
+    return struct.pack('<4s4H2LH', b'PK\x05\x06', 0, 0, entries, entries, directory_size, directory_at,
+                       len(comment)) + comment
+
+
+def zip_parts(records: List[Tuple[str, bytes, dict]], start: int = 0) -> Tuple[bytes, bytes]:
+    """The records (name, data, options of :func:`zip_record`) end to end from offset ``start``, and their
+    central directory."""
+    body, directory = b'', b''
+    for name, data, options in records:
+        local, central = zip_record(name, data, start + len(body), **options)
+        body, directory = body + local, directory + central
+    return body, directory
+
+
+def zip_bytes(records: List[Tuple[str, bytes, dict]], comment: bytes = b'') -> bytes:
+    """A zip archive of ``records`` as Python's zipfile writes one (what torch.save writes, less its
+    zip64 end record and data descriptors)."""
+    body, directory = zip_parts(records)
+    return body + directory + end_record(len(records), len(directory), len(body), comment)
+
+
+def two_directories(records: List[Tuple[str, bytes]], torch_pickle: Tuple[str, bytes, dict]) -> bytes:
+    """``records`` twice, each with its own central directory, the end record pointing at the first (which
+    torch's reader reads, with ``torch_pickle`` for its data.pkl) while the second lies directly before it
+    (which zipfile reads: the records as they are)."""
+    torch_body, torch_directory = zip_parts([torch_pickle] + [(name, data, {}) for name, data in records[1:]])
+    body, directory = zip_parts([(name, data, {}) for name, data in records], len(torch_body))
+    assert len(directory) == len(torch_directory)  # one size in the end record serves both
+    return torch_body + body + torch_directory + directory + end_record(len(records), len(directory),
+                                                                        len(torch_body) + len(body))
+
+
+def overlapping(records: List[Tuple[str, bytes]]) -> bytes:
+    """``records`` with ``data/0`` inside the data of one more, ``cover``: the central entry of ``data/0``
+    points into it, every header agreeing with its entry."""
+    name = records[0][0].replace('data.pkl', 'data/0')
+    tensor = dict(records)[name]
+    body, directory = zip_parts([(n, data, {}) for n, data in records if n != name])
+    inner, _ = zip_record(name, tensor, 0)
+    cover, cover_entry = zip_record(name.replace('data/0', 'cover'), inner, len(body))
+    _, entry = zip_record(name, tensor, len(body) + len(cover) - len(inner))
+    directory += cover_entry + entry
+    return body + cover + directory + end_record(len(records) + 1, len(directory), len(body + cover))
+
+
+def with_more(records: List[Tuple[str, bytes]], name: str, data: bytes) -> bytes:
+    """``records`` and one more, ``name`` in their folder (``data.pkl`` replaced by it)."""
+    return zip_bytes([(n, d, {}) for n, d in records] + [(records[0][0].replace('data.pkl', name), data, {})])
+
+
+# what each file does: a record torch would inflate whole (deflated ones up to 4x the file were read);
+# an archive comment (readers find the end record each its own way); two names one record for torch's
+# lookup, which ignores case; a local header that names another record (torch reads the data where the
+# local header says); a record inside another's data; the end record pointing at one central directory while
+# another lies directly before it (zipfile reads that one); a name longer than torch's reader lists (its
+# list cuts names at 511 bytes)
+ARCHIVE_ATTACKS: Dict[str, Callable[[List[Tuple[str, bytes]]], bytes]] = {
+    'deflated record': lambda records: zip_bytes([(name, data, dict(deflate=name.endswith('/data.pkl')))
+                                                  for name, data in records]),
+    'archive comment': lambda records: zip_bytes([(name, data, {}) for name, data in records], b'made by hand'),
+    'names equal but for case': lambda records: with_more(records, 'DATA/0', b'\0' * 8),
+    'local header naming another record': lambda records: zip_bytes([(name, data, dict(
+        local_name=name.replace('data/0', 'data/1')) if name.endswith('/data/0') else {}) for name, data in records]),
+    'overlapping records': overlapping,
+    'a second central directory': lambda records: two_directories(
+        records, (records[0][0], pickle.dumps({'state_dict': {}}, 2), {})),
+    'a name torch lists cut short': lambda records: with_more(records, 'n' * 600, b''),
+}
+
+
+def bomb_behind_a_second_directory(folder: Path, inflated: int = 2 ** 28) -> Path:
+    """Issue 63's file: zipfile reads the records as torch.save wrote them, torch's reader a data.pkl that
+    inflates to an empty dict's pickle and ``inflated`` zero bytes (256 MiB from about 256 KB), before
+    any pickle opcode is read. One compressed MiB repeated (each ends in a full flush, so copies chain)."""
+    records = torch_records(folder)
+    head, mib = zlib.compressobj(9, zlib.DEFLATED, -15), zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = mib.compress(bytes(2 ** 20)) + mib.flush(zlib.Z_FULL_FLUSH)
+    pickled = pickle.dumps({}, 2)
+    deflated = (head.compress(pickled) + head.flush(zlib.Z_FULL_FLUSH) + block * (inflated >> 20)
+                + zlib.compressobj(9, zlib.DEFLATED, -15).flush())
+    crc = zlib.crc32(pickled)
+    for _ in range(inflated >> 20):
+        crc = zlib.crc32(bytes(2 ** 20), crc)
+    content = (deflated, crc, len(pickled) + (inflated >> 20 << 20))
+    return write(folder / 'bomb_directory.pth', two_directories(records, (records[0][0], b'', dict(content=content))))
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 def main(folder: Path) -> None:
     opcodes = many_opcodes(folder)  # first: nothing else has raised the peak yet
     cap_address_space()
     print(json.dumps({'many opcodes': peak_growth(lambda: read_checkpoint(str(opcodes)))}), flush=True)
+    bomb = bomb_behind_a_second_directory(folder)  # second: its growth is measured too
+    print(json.dumps({'deflate bomb behind a second directory': peak_growth(lambda: read_checkpoint(str(bomb)))}),
+          flush=True)
     hub = Path(torch.hub.get_dir()) / 'checkpoints'
     hub.mkdir(parents=True, exist_ok=True)
     for name in PLANTED:

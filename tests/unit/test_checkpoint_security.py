@@ -16,7 +16,7 @@ from typing import Dict
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import Reduce, key_of, with_config_texts, zip_of
+from checkpoint_attacks import ARCHIVE_ATTACKS, Reduce, key_of, torch_records, with_config_texts, zip_bytes, zip_of
 from helpers import SUPPORT, GetattrExploit, find_resumable_checkpoint, free_port, hide_payload
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.registry import DefaultScope
@@ -149,6 +149,30 @@ def test_a_stock_inferencer_given_weights_alone_never_runs_their_config_text(tmp
     assert not marker.exists()
 
 
+# what each of issue 63's archives (tests/support/checkpoint_attacks.py) is refused for; before, the check read
+# them with Python's zipfile and each loaded, torch reading what the check had not seen
+ARCHIVE_REASONS = {'deflated record': "'small/data.pkl' is compressed (method 8)",
+                   'archive comment': '12 bytes after the end record or an archive comment',
+                   'names equal but for case': "two records named 'small/data/0' and 'small/DATA/0'",
+                   'local header naming another record': "local header of the record 'small/data/0' does not agree",
+                   'overlapping records': "'small/data/0' starts at offset 570, not where the record before it ends",
+                   'a second central directory': 'not directly before the end record',
+                   'a name torch lists cut short': "torch's reader lists 8 records"}
+
+
+@pytest.mark.parametrize('case', ARCHIVE_REASONS)
+def test_an_archive_torch_would_read_otherwise_is_refused(tmp_path, case):
+    """Issue 63: the archive is parsed once, strictly, as torch's reader finds it, before torch opens it,
+    then torch's own list of records is compared with the parse. The same records written plainly load."""
+    records = torch_records(tmp_path)
+    (tmp_path / 'plain.pth').write_bytes(zip_bytes([(name, data, {}) for name, data in records]))
+    assert torch.equal(read_checkpoint(str(tmp_path / 'plain.pth'))['state_dict']['w'], torch.ones(2))
+    (tmp_path / 'attack.pth').write_bytes(ARCHIVE_ATTACKS[case](records))
+    with pytest.raises(CheckpointError, match=r'attack\.pth: refused') as error:
+        read_checkpoint(str(tmp_path / 'attack.pth'))
+    assert ARCHIVE_REASONS[case] in str(error.value), error.value
+
+
 def test_every_mmengine_scheme_goes_to_the_checked_reader_or_is_refused():
     """No prefix is left to one of MMEngine's own readers (which unpickle with weights_only=False):
     object stores go through their file backend to the checked reader, pavi:// is refused."""
@@ -191,7 +215,14 @@ def test_checkpoint_attacks_in_one_capped_process(tmp_path):
     # declared sizes: a bytearray of 64 GiB, a record declaring 64 GiB (a few KB each)
     assert outcomes['bytearray of 64 GiB'].startswith('refused') and 'bytearray of int 68719476736' \
         in outcomes['bytearray of 64 GiB'], outcomes
-    assert outcomes['record of 64 GiB'].startswith('refused') and 'records declare' in outcomes['record of 64 GiB']
+    assert outcomes['record of 64 GiB'].startswith('refused') and 'runs into the central directory or past the ' \
+        'end of the file' in outcomes['record of 64 GiB'], outcomes['record of 64 GiB']
+    # issue 63: the end record points torch's reader at a central directory whose data.pkl inflates to 256 MiB
+    # (a 260 KB file), zipfile at the one directly before it, as torch.save wrote it; before, the check read
+    # zipfile's and torch then inflated the other (+512 MB)
+    bomb, growth = outcomes['deflate bomb behind a second directory'].rsplit(' | peak +', 1)
+    assert bomb.startswith('refused') and 'not directly before the end record' in bomb and int(growth[:-3]) < 8, \
+        outcomes['deflate bomb behind a second directory']
     # sizes a scan of names and literals did not see or sum: an integer inside a numpy scalar (a bytearray takes
     # bytes only), copies of one stored value (5 GiB from 580 KB: a limit per call, or none for copies, is not one
     # for the file), a tensor view (zero strides: 2**36 elements once cast)

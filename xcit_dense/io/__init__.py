@@ -3,6 +3,7 @@ released models' weights onto the toolkit's; the toolkit's other output files, w
 following links.
 
 - ``checked_unpickler.py``: what a checkpoint file may build, checked as it is built;
+- ``torch_archive.py``: a checkpoint's zip layout, parsed strictly as torch's reader finds it;
 - ``checkpoint.py``: ``CheckpointError``, the weights-only read of a file or URL, atomic writes (the
   ``atomic_local`` file backend);
 - ``checkpoint_schemes.py``: every MMEngine checkpoint scheme (``torchvision://``, ``s3://``, ...)

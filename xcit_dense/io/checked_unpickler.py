@@ -25,8 +25,11 @@ and each opcode it runs is charged what it can add to its own memory, so that th
 file's size too.
 
 Before unpickling, the archive is checked as torch will read it (zip or legacy by the first bytes,
-as torch decides; exactly one ``data.pkl``; records no larger than the file allows; a first block that
-is a tar header is refused before ``tarfile``, in torch's legacy reader, parses anything).
+as torch decides). A zip archive is parsed once, strictly, before torch opens it (``torch_archive.py``:
+the layout ``torch.save`` writes, stored records only, so nothing is ever inflated), must hold exactly
+one ``data.pkl``, and torch's reader must then list the same records at the same offsets and sizes. A
+legacy file whose first block is a tar header is refused before ``tarfile``, in torch's legacy reader,
+parses anything.
 ``torch.load`` itself is not called: its ``weights_only`` switch concerns torch's own unpickler, which
 this one replaces, and under a user's ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`` it would refuse any pickle
 module. The variable keeps its effect on every other ``torch.load``; checkpoints the toolkit reads
@@ -37,7 +40,6 @@ import os
 import pickle
 import re
 import struct
-import zipfile
 from collections import Counter, OrderedDict
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional
 
@@ -49,6 +51,8 @@ from mmengine.logging import HistoryBuffer, print_log
 # multiarray on `import numpy`, so the attribute path np._core.multiarray fails there
 from numpy._core.multiarray import _reconstruct as numpy_reconstruct, scalar as numpy_scalar
 
+from .torch_archive import ArchiveDamaged, ArchiveRefused, Record, read_layout
+
 # the budgets, as multiples of the file's size (a real checkpoint spends about twice its size on
 # data: its storages and its tensors), plus a little for tiny files
 DATA_PER_FILE_BYTE = 4
@@ -58,8 +62,6 @@ SLACK = 1 << 20
 # three, a memo entry, a stack slot); a set costs more. Data an opcode carries is the file's own.
 OPCODE_COST = 128
 SET_COST = 256
-# a deflated record may expand to at most this many times the file's size (torch.save stores)
-MAX_EXPANSION = 4
 # the statistics methods MMEngine pickles as ``getattr(HistoryBuffer, name)``
 # the shape of what is built: containers nest at most this deep; keys, sizes, strides and offsets
 # stay below LARGEST_INT (arithmetic on them is then cheap and their hashes do not collide)
@@ -693,31 +695,47 @@ class _PickleModule:
         return self.Unpickler(file, **kwargs).load()
 
 
-def check_archive(f: IO[bytes], size: int) -> None:
-    """A torch zip archive as torch will read it: every record's size (deflated ones after
-    expansion) fits the file, and it holds exactly one ``data.pkl``, ``<folder>/data.pkl``, the
-    folder being the first record's (torch's reader names the archive so)."""
+def check_archive(f: IO[bytes], size: int) -> List[Record]:
+    """The records of a torch zip archive, parsed as torch's reader will find them
+    (:func:`torch_archive.read_layout`), holding exactly one ``data.pkl``, ``<folder>/data.pkl``, the
+    folder being the first record's (torch's reader names the archive so) and every record's."""
     try:
-        with zipfile.ZipFile(f) as archive:
-            records = archive.infolist()
-    except zipfile.BadZipFile as exc:
-        raise DamagedCheckpoint(f'a damaged archive: {exc}') from exc
-    expanded = sum(r.file_size for r in records)
-    if expanded > MAX_EXPANSION * max(size, 1):
-        biggest = max(records, key=lambda r: r.file_size)
-        raise Refused(f'its records declare {expanded} bytes ({expanded / 2**30:.1f} GiB) in a file of {size} '
-                      f'bytes (largest: {brief(biggest.filename)}, {biggest.file_size} bytes)')
-    odd = [r.filename for r in records if r.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)]
-    if odd:
-        raise Refused(f'records compressed in an unsupported way: {", ".join(brief(name) for name in odd[:3])}')
-    folder = records[0].filename.split('/', 1)[0] if records and '/' in records[0].filename else None
-    pickles = [r.filename for r in records if r.filename.rsplit('/', 1)[-1] == 'data.pkl']
+        records = read_layout(f, size)
+    except ArchiveRefused as exc:
+        raise Refused(f'an archive torch could read otherwise than it is checked: {exc}') from None
+    except ArchiveDamaged as exc:
+        raise DamagedCheckpoint(f'a damaged archive: {exc}') from None
+    folder = records[0].name.split('/', 1)[0] if records and '/' in records[0].name else None
+    # torch's reader finds names regardless of ASCII case
+    pickles = [r.name for r in records if r.name.rsplit('/', 1)[-1].lower() == 'data.pkl']
     if folder is None or not pickles:
         raise DamagedCheckpoint('the archive has no data.pkl in a folder: not a torch checkpoint')
     if pickles != [f'{folder}/data.pkl']:
         shown = ', '.join(brief(name) for name in pickles[:3])
         raise Refused(f'the archive holds {len(pickles)} data.pkl records ({shown}), '
                       f'where torch reads exactly one, {brief(folder)}/data.pkl')
+    outside = [r.name for r in records if not r.name.startswith(f'{folder}/')]
+    if outside:
+        raise Refused(f'a record outside the archive\'s folder {brief(folder)}: {brief(outside[0])}')
+    return records
+
+
+def check_torch_view(reader: Any, records: List[Record]) -> None:
+    """What torch's reader (``torch._C.PyTorchFileReader``, opened on the checked file) finds: the same
+    records, in the same order, each of the parsed size at the parsed offset. Anything else means the
+    two parsers disagree on the file, so the check would not be of what torch reads."""
+    prefix = len(records[0].name.split('/', 1)[0]) + 1
+    names = [r.name[prefix:] for r in records]
+    listed = reader.get_all_records()
+    if listed != names:
+        differing = next((a, b) for a, b in zip(listed + [''], names + ['']) if a != b)
+        raise Refused(f"torch's reader lists {len(listed)} records, the archive's central directory {len(names)}; "
+                      f'first differing: {brief(differing[0])} and {brief(differing[1])}')
+    for name, record in zip(names, records):
+        found = reader.get_record_offset(name), reader.get_record_size(name)
+        if found != (record.data, record.size):
+            raise Refused(f"torch's reader finds {brief(name)} at offset {found[0]} of {found[1]} bytes, the "
+                          f'archive at {record.data} of {record.size}')
 
 
 def is_tar_header(block: bytes) -> bool:
@@ -760,10 +778,11 @@ def load_checked(path: str, map_location: Any = 'cpu', mmap: bool = False) -> An
         size = os.fstat(f.fileno()).st_size
         pickle_module = _PickleModule(Budget(size))
         if torch.serialization._is_zipfile(f):  # the first bytes, as torch decides
-            check_archive(f, size)
+            records = check_archive(f, size)
             f.seek(0)
             whole = torch.UntypedStorage.from_file(os.fspath(path), False, size) if mmap else None
             with torch.serialization._open_zipfile_reader(f) as archive:
+                check_torch_view(archive, records)
                 return torch.serialization._load(archive, map_location, pickle_module, overall_storage=whole,
                                                  encoding='utf-8')
         if mmap:

@@ -129,3 +129,40 @@ def tiny_det_config(tmp_path: Path, root: Path) -> Path:
         "log_processor = dict(by_epoch=False)\n"
         "default_hooks = dict(checkpoint=dict(interval=1, by_epoch=False), logger=dict(interval=1))\n")
     return config
+
+
+# issue 63's annotation attacks: work and log out of proportion to the file, and tracebacks
+HUGE_INT = 10 ** 400  # JSON reads it exactly; no float holds it (float() raises OverflowError)
+LONG_FILE_NAME = 'n' * 10_000 + '.jpg'  # repeated in each dropped annotation's warning before
+
+
+def rle_one_long_number(characters: int, height: int = 64, width: int = 64) -> dict:
+    """An RLE whose counts string is one number of ``characters`` characters: decoded 5 bits a
+    character into one ever larger integer, it cost time quadratic in its length."""
+    return dict(size=[height, width], counts='o' * (characters - 1) + '0')
+
+
+def striped_rle(height: int = 2048, width: int = 1024) -> dict:
+    """A real RLE (pycocotools' own encoding) of alternate rows set: in its column-major order every run
+    is one pixel long, ``height`` x ``width`` runs, a counts string of as many characters (2 MB)."""
+    from pycocotools import mask as mask_utils
+    mask = np.zeros((height, width), np.uint8, order='F')
+    mask[::2] = 1
+    rle = mask_utils.encode(mask)
+    return dict(size=[height, width], counts=rle['counts'].decode())
+
+
+def write_annotation_attacks(root: Path, copies: int) -> Path:
+    """``root/ann.json`` (no images are needed to read it): one 64x64 image named LONG_FILE_NAME with a
+    good box and ``copies`` times three bad annotations (a box and a polygon holding HUGE_INT, an RLE of
+    one 20-character number); returns the file."""
+    root.mkdir(parents=True, exist_ok=True)
+    anns = [good_box(1, 1)]
+    for k in range(copies):
+        anns += [dict(good_box(10 + 3 * k, 1), bbox=[8, 8, HUGE_INT, 30]),
+                 dict(good_box(11 + 3 * k, 1), segmentation=[[8, 8, HUGE_INT, 8, 38, 38]]),
+                 dict(good_box(12 + 3 * k, 1), segmentation=rle_one_long_number(20))]
+    path = root / 'ann.json'
+    path.write_text(json.dumps(dict(images=[dict(id=1, file_name=LONG_FILE_NAME, width=64, height=64)],
+                                    annotations=anns, categories=[dict(id=1, name='box')])))
+    return path

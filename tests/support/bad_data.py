@@ -166,3 +166,22 @@ def write_annotation_attacks(root: Path, copies: int) -> Path:
     path.write_text(json.dumps(dict(images=[dict(id=1, file_name=LONG_FILE_NAME, width=64, height=64)],
                                     annotations=anns, categories=[dict(id=1, name='box')])))
     return path
+
+
+def jpeg_of_repeated_scans(path: Path, scans: int, side: int = 64) -> None:
+    """A progressive JPEG of ``side`` x ``side`` noise whose last scan is repeated until it holds
+    ``scans`` scans: every decoder passes over the whole picture once a scan."""
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (side, side, 3), np.uint8)).save(
+        path, progressive=True, quality=90)
+    data = path.read_bytes()
+    last = data.rindex(b'\xff\xda')
+    extra = scans - data.count(b'\xff\xda')
+    path.write_bytes(data[:last] + data[last:-2] * (extra + 1) + data[-2:])
+
+
+def jpeg_after_comments(path: Path, megabytes: int) -> None:
+    """A 64x64 JPEG behind ``megabytes`` MB of empty comment segments (4 bytes each): PIL parses them
+    one by one before the image's size is known."""
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path, quality=90)
+    data = path.read_bytes()
+    path.write_bytes(data[:2] + b'\xff\xfe\x00\x02' * (megabytes * 2 ** 18) + data[2:])

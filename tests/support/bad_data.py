@@ -185,3 +185,13 @@ def jpeg_after_comments(path: Path, megabytes: int) -> None:
     Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path, quality=90)
     data = path.read_bytes()
     path.write_bytes(data[:2] + b'\xff\xfe\x00\x02' * (megabytes * 2 ** 18) + data[2:])
+
+
+def png_after_private_chunks(path: Path, megabytes: int) -> None:
+    """A 64x64 PNG with ``megabytes`` MB of empty private chunks (12 bytes each) between its header
+    and its image data: PIL parses them one by one when it opens the file."""
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path)
+    data = path.read_bytes()
+    first_data = data.index(b'IDAT') - 4
+    empty = struct.pack('>I', 0) + b'prVt' + struct.pack('>I', zlib.crc32(b'prVt'))
+    path.write_bytes(data[:first_data] + empty * (megabytes * 2 ** 20 // 12) + data[first_data:])

@@ -138,8 +138,8 @@ def _string_counts(counts: str) -> np.ndarray:
 
 
 def _cover(runs: np.ndarray, pixels: int) -> bool:
-    """Whether the decoded ``runs`` are none negative and add up to ``pixels``, in int64 where their
-    sum cannot overflow it."""
+    """Whether the decoded ``runs`` are all non-negative and add up to ``pixels`` (summed in int64
+    where that cannot overflow)."""
     if not runs.size:
         return pixels == 0
     if runs.min() < 0 or runs.max() > min(pixels, 2 ** 62):

@@ -43,8 +43,8 @@ def decode_work_problem(path: str) -> Optional[str]:
             return _png_problem(f)
         if head[:3] != b'\xff\xd8\xff':
             return None
-        f.seek(3)
-        return _jpeg_problem(b'\xff' + f.read())
+        f.seek(0)
+        return _jpeg_problem(f.read())
 
 
 def _png_problem(f: BinaryIO) -> Optional[str]:
@@ -58,9 +58,8 @@ def _png_problem(f: BinaryIO) -> Optional[str]:
 
 
 def _jpeg_problem(data: bytes) -> Optional[str]:
-    """Too many scans, marker segments or loose bytes in the JPEG ``data`` (from its first marker
-    after the start of image)."""
-    pos, segments, scans, loose = 0, 0, 0, 0
+    """Too many scans, marker segments or loose bytes in the JPEG file's ``data``."""
+    pos, segments, scans, loose = 2, 0, 0, 0  # past the start-of-image marker
     while True:
         found = _MARKER.search(data, pos)
         if found is None:

@@ -142,9 +142,9 @@ def rle_one_long_number(characters: int, height: int = 64, width: int = 64) -> d
     return dict(size=[height, width], counts='o' * (characters - 1) + '0')
 
 
-def striped_rle(height: int = 2048, width: int = 1024) -> dict:
+def striped_rle(height: int = 1024, width: int = 1024) -> dict:
     """A real RLE (pycocotools' own encoding) of alternate rows set: in its column-major order every run
-    is one pixel long, ``height`` x ``width`` runs, a counts string of as many characters (2 MB)."""
+    is one pixel long, ``height`` x ``width`` runs, a counts string of as many characters (1 MB)."""
     from pycocotools import mask as mask_utils
     mask = np.zeros((height, width), np.uint8, order='F')
     mask[::2] = 1

@@ -112,6 +112,21 @@ def test_a_broken_copy_is_named(coco, tmp_path, capsys):
     assert f'annotation file {broken}/annotations/instances_train.json is not valid JSON' in message
 
 
+def test_categories_of_one_name_are_refused_naming_both_ids(coco, tmp_path):
+    """A fourth category named 'rectangle' (id 9): check_dataset compared the names as sets and passed
+    it, while mmdet mapped its annotations to a label of its own. Named by the check itself behind
+    mmdet's plain CocoDataset (CheckedCocoDataset refuses the file: test_faults_data.py)."""
+    (tmp_path / 'annotations').mkdir()
+    data = json.loads((coco / 'annotations/instances_val.json').read_text())
+    data['categories'].append(dict(id=9, name='rectangle'))
+    (tmp_path / 'annotations/instances_val.json').write_text(json.dumps(data))
+    dataset = dict(type='CocoDataset', data_root=f'{coco}/', ann_file=f'{tmp_path}/annotations/instances_val.json',
+                   data_prefix=dict(img='val/'), metainfo=dict(classes=('rectangle', 'ellipse', 'triangle')))
+    (val,) = check_dataset(Config(dict(default_scope='mmdet', val_dataloader=dict(dataset=dataset))), ['val'])
+    assert val.images == 2
+    assert val.problems == [f"{tmp_path}/annotations/instances_val.json: categories 1 and 9 are both named 'rectangle'"]
+
+
 def test_a_split_not_read_and_no_classes_in_the_config(tmp_path):
     """The COCO recipe names no classes (its dataset class holds them): none are invented."""
     cfg = Config.fromfile(str(ROOT / 'configs/xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py'))

@@ -11,7 +11,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, tiny_det_config, write_bad_coco, write_bomb_coco
+from bad_data import (
+    ANNOTATION_KINDS,
+    LONG_FILE_NAME,
+    SAMPLE_KINDS,
+    tiny_det_config,
+    write_annotation_attacks,
+    write_bad_coco,
+    write_bomb_coco,
+)
 from helpers import ROOT, SUPPORT, launch_env, read_log, run, run_tool_in_process, tiny_seg_config, train_cmd
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope
@@ -108,13 +116,51 @@ def test_degenerate_annotations_are_named_counted_and_dropped(tmp_path):
                                  pipeline=[])
     text = '\n'.join(r.getMessage() for r in records.records)
     assert len(dataset) == 1 and len(dataset[0]['instances']) == 1
-    assert 'image a.jpg annotation 2: box [10, 10, 0, 12]: skipped' in text
-    assert 'image a.jpg annotation 3: box [10, 10, 8, -3]: skipped' in text
-    assert 'image a.jpg annotation 4: a polygon of 2 point(s): skipped' in text
+    assert ('ann.json: image a.jpg: skipped 3 annotation(s): 2 boxes of zero or negative size, e.g. annotation 2: '
+            'box [10, 10, 0, 12]; 1 polygons with fewer than three points, e.g. annotation 4: a polygon of 2 '
+            'point(s)') in text
     assert 'image(s) without usable annotations are not used for training: ' in text and 'coco/img/b.jpg' in text
     assert dataset.problems == {'boxes of zero or negative size': 2,
                                 'polygons with fewer than three points': 1,
                                 'images without annotations': 1}
+
+
+def test_annotation_attacks_are_counted_and_named_once_per_image(tmp_path):
+    """tests/support/bad_data.py's annotation attacks, 100 of each on one image of a 10,000-character
+    name: 400-digit integers in a box and a polygon (before: an OverflowError ended the load) and RLE
+    strings of one long number are counted by kind, and the image is named once in one warning
+    (before: once per annotation, its name each time) that counts them and shows the first of each."""
+    root = tmp_path / 'coco'
+    write_annotation_attacks(root, copies=100)
+    records, logger = Collect(), MMLogger.get_instance('annotation_attacks', log_level='WARNING')
+    logger.addHandler(records)
+    try:
+        dataset = CheckedCocoDataset(data_root=str(root), ann_file='ann.json', data_prefix=dict(img='img/'),
+                                     metainfo=dict(classes=('box',)), pipeline=[])
+    finally:
+        logger.removeHandler(records)
+    assert len(dataset[0]['instances']) == 1
+    assert dataset.problems == {'boxes with NaN or infinite values': 100, 'bad RLE masks': 100,
+                                'polygons that are not pairs of finite numbers': 100}
+    (warning,) = [r.getMessage() for r in records.records if LONG_FILE_NAME in r.getMessage()]
+    assert warning.count(LONG_FILE_NAME) == 1 and len(warning) < len(LONG_FILE_NAME) + 600, warning[-700:]
+    assert warning.startswith(f'{root}/ann.json: image {LONG_FILE_NAME}: skipped 300 annotation(s): 100 boxes with '
+                              f'NaN or infinite values, e.g. annotation 10: box [8, 8, 1000'), warning[-700:]
+    assert ('100 bad RLE masks, e.g. annotation 12: RLE counts that do not decode: a number of 20 characters, '
+            'more than 7') in warning
+
+
+def test_categories_of_one_name_are_refused_naming_both_ids(tmp_path):
+    """Two categories named 'box' (ids 1 and 7): mmdet mapped both to labels of their own without a
+    word (the second's annotations as a class past the last); refused when the file is read."""
+    root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20])])
+    data = json.loads((root / 'ann.json').read_text())
+    data['categories'].append(dict(id=7, name='box'))
+    (root / 'ann.json').write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"^{root}/ann.json: categories 1 and 7 are both named 'box': give each "
+                                         'category a name of its own$'):
+        CheckedCocoDataset(data_root=str(root), ann_file='ann.json', data_prefix=dict(img='img/'),
+                           metainfo=dict(classes=('box',)), pipeline=[])
 
 
 def test_broken_annotation_file_stops_before_training(tmp_path):

@@ -129,3 +129,69 @@ def tiny_det_config(tmp_path: Path, root: Path) -> Path:
         "log_processor = dict(by_epoch=False)\n"
         "default_hooks = dict(checkpoint=dict(interval=1, by_epoch=False), logger=dict(interval=1))\n")
     return config
+
+
+# issue 63's annotation attacks: work and log out of proportion to the file, and tracebacks
+HUGE_INT = 10 ** 400  # JSON reads it exactly; no float holds it (float() raises OverflowError)
+LONG_FILE_NAME = 'n' * 10_000 + '.jpg'  # repeated in each dropped annotation's warning before
+
+
+def rle_one_long_number(characters: int, height: int = 64, width: int = 64) -> dict:
+    """An RLE whose counts string is one number of ``characters`` characters: decoded 5 bits a
+    character into one ever larger integer, it cost time quadratic in its length."""
+    return dict(size=[height, width], counts='o' * (characters - 1) + '0')
+
+
+def striped_rle(height: int = 1024, width: int = 1024) -> dict:
+    """A real RLE (pycocotools' own encoding) of alternate rows set: in its column-major order every run
+    is one pixel long, ``height`` x ``width`` runs, a counts string of as many characters (1 MB)."""
+    from pycocotools import mask as mask_utils
+    mask = np.zeros((height, width), np.uint8, order='F')
+    mask[::2] = 1
+    rle = mask_utils.encode(mask)
+    return dict(size=[height, width], counts=rle['counts'].decode())
+
+
+def write_annotation_attacks(root: Path, copies: int) -> Path:
+    """``root/ann.json`` (no images are needed to read it): one 64x64 image named LONG_FILE_NAME with a
+    good box and ``copies`` times three bad annotations (a box and a polygon holding HUGE_INT, an RLE of
+    one 20-character number); returns the file."""
+    root.mkdir(parents=True, exist_ok=True)
+    anns = [good_box(1, 1)]
+    for k in range(copies):
+        anns += [dict(good_box(10 + 3 * k, 1), bbox=[8, 8, HUGE_INT, 30]),
+                 dict(good_box(11 + 3 * k, 1), segmentation=[[8, 8, HUGE_INT, 8, 38, 38]]),
+                 dict(good_box(12 + 3 * k, 1), segmentation=rle_one_long_number(20))]
+    path = root / 'ann.json'
+    path.write_text(json.dumps(dict(images=[dict(id=1, file_name=LONG_FILE_NAME, width=64, height=64)],
+                                    annotations=anns, categories=[dict(id=1, name='box')])))
+    return path
+
+
+def jpeg_of_repeated_scans(path: Path, scans: int, side: int = 64) -> None:
+    """A progressive JPEG of ``side`` x ``side`` noise whose last scan is repeated until it holds
+    ``scans`` scans: every decoder passes over the whole picture once a scan."""
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (side, side, 3), np.uint8)).save(
+        path, progressive=True, quality=90)
+    data = path.read_bytes()
+    last = data.rindex(b'\xff\xda')
+    extra = scans - data.count(b'\xff\xda')
+    path.write_bytes(data[:last] + data[last:-2] * (extra + 1) + data[-2:])
+
+
+def jpeg_after_comments(path: Path, megabytes: int) -> None:
+    """A 64x64 JPEG behind ``megabytes`` MB of empty comment segments (4 bytes each): PIL parses them
+    one by one before the image's size is known."""
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path, quality=90)
+    data = path.read_bytes()
+    path.write_bytes(data[:2] + b'\xff\xfe\x00\x02' * (megabytes * 2 ** 18) + data[2:])
+
+
+def png_after_private_chunks(path: Path, megabytes: int) -> None:
+    """A 64x64 PNG with ``megabytes`` MB of empty private chunks (12 bytes each) between its header
+    and its image data: PIL parses them one by one when it opens the file."""
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path)
+    data = path.read_bytes()
+    first_data = data.index(b'IDAT') - 4
+    empty = struct.pack('>I', 0) + b'prVt' + struct.pack('>I', zlib.crc32(b'prVt'))
+    path.write_bytes(data[:first_data] + empty * (megabytes * 2 ** 20 // 12) + data[first_data:])

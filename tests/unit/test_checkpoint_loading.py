@@ -8,6 +8,7 @@ from helpers import PickleExploit, randomize_
 from mmengine.logging import MMLogger
 
 from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.weights import check_finetune_fits, check_matches_model
 from xcit_dense.models.xcit import XCiT
 
 
@@ -128,3 +129,21 @@ def test_other_init_types_are_rejected():
     model = XCiT(arch='tiny_12', init_cfg=dict(type='Kaiming'))
     with pytest.raises(ValueError, match='Pretrained'):
         model.init_weights()
+
+
+def test_nan_or_infinite_weights_are_refused_for_test_inference_and_load_from(tmp_path):
+    """NaN weights (all-NaN ones predicted one class everywhere without a word) and an infinite running
+    variance: refused, naming the keys, by the check of tools/test.py and tools/infer.py
+    (check_matches_model) and by that of load_from (check_finetune_fits); finite weights pass both."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+    state['0.weight'][:] = float('nan')
+    state['1.running_var'][0] = float('inf')
+    torch.save({'state_dict': state}, tmp_path / 'nan.pth')
+    torch.save({'state_dict': model.state_dict()}, tmp_path / 'finite.pth')
+    for check in (check_matches_model, check_finetune_fits):
+        with pytest.raises(CheckpointError, match=r'nan\.pth holds NaN or infinite weights in 0\.weight, '
+                                                  r'1\.running_var: refused'):
+            check(model, str(tmp_path / 'nan.pth'))
+    check_matches_model(model, str(tmp_path / 'finite.pth'))
+    assert check_finetune_fits(model, str(tmp_path / 'finite.pth')) == []

@@ -1,12 +1,15 @@
 """Downloads as an attacker would bend them: an https URL redirected to plain http, a stream without
-a length that never ends, and a co-user's folder or link planted in a group-shared TORCH_HOME. The
-server is a real https one on loopback, its self-signed certificate trusted through SSL_CERT_FILE."""
+a length that never ends, a trickle of a byte at a time, and a co-user's folder or link planted in a
+group-shared TORCH_HOME. The server is a real https one on loopback, its self-signed certificate
+trusted through SSL_CERT_FILE."""
+import fcntl
 import http.server
 import os
 import shutil
 import ssl
 import subprocess
 import threading
+import types
 from pathlib import Path
 from typing import Dict, Iterator
 
@@ -16,7 +19,7 @@ from helpers import CAP_CHOWN, has_capability, require_capability
 
 from xcit_dense.io import download
 from xcit_dense.io.checkpoint import CheckpointError
-from xcit_dense.io.download import ALLOW_HTTP, MAX_BYTES, DownloadError, cache_path
+from xcit_dense.io.download import ALLOW_HTTP, MAX_BYTES, MIN_RATE, DownloadError, cache_path
 from xcit_dense.io.weights import read_checkpoint
 
 MIB = 1 << 20
@@ -25,8 +28,9 @@ MIB = 1 << 20
 @pytest.fixture
 def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
     """An https server on 127.0.0.1: /model.pth (a checkpoint), /to-http and /to-https (redirects to
-    the plain http ``file_server``'s copy and to /model.pth), /endless (3 MiB without a length) and
-    /declared (a length of 3 MiB declared)."""
+    the plain http ``file_server``'s copy and to /model.pth), /endless (3 MiB without a length),
+    /declared (a length of 3 MiB declared) and /trickle (a byte each time the ``trickle`` event is set,
+    without end)."""
     require_capability('openssl', shutil.which('openssl') is not None,
                        "no openssl, which makes the test server's certificate")
     cert, key = tmp_path / 'cert.pem', tmp_path / 'key.pem'
@@ -39,7 +43,7 @@ def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
     www.mkdir()
     torch.save({'state_dict': {'w': torch.arange(3.0)}}, www / 'model.pth')
     (file_server['root'] / 'model.pth').write_bytes((www / 'model.pth').read_bytes())
-    served = []
+    served, trickle, stop = [], threading.Event(), threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -66,6 +70,16 @@ def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
                         self.wfile.write(b'\0' * (MIB // 16))
                 except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                     pass  # the client stopped reading at its limit
+            elif self.path == '/trickle':
+                self.send_response(200)
+                self.end_headers()
+                try:
+                    while trickle.wait(timeout=60) and not stop.is_set():  # the timeout bounds a hang only
+                        trickle.clear()
+                        self.wfile.write(b'x')
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    pass  # the client stopped reading
             else:
                 self.send_error(404)
 
@@ -82,8 +96,11 @@ def https_server(tmp_path, monkeypatch, file_server) -> Iterator[Dict]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield dict(url=f'https://127.0.0.1:{server.server_address[1]}', served=served, http=file_server)
+        yield dict(url=f'https://127.0.0.1:{server.server_address[1]}', served=served, http=file_server,
+                   trickle=trickle)
     finally:
+        stop.set()
+        trickle.set()
         server.shutdown()
         server.server_close()
         thread.join()
@@ -112,6 +129,30 @@ def test_a_download_stops_at_the_size_limit(https_server, monkeypatch, path):
         read_checkpoint(url)
     folder = Path(cache_path(url)).parent
     assert sorted(p.name for p in folder.iterdir()) == ['.lock']  # no file, no partial one
+
+
+def test_a_trickle_is_stopped_at_the_rate_floor_and_the_lock_released(https_server, monkeypatch):
+    """A server that sends a byte at a time, each read taking 10 s on an injected clock (each tick lets
+    the server send the next byte): before, each read waited only for its own 60 s timeout, so the
+    download, and the cache's lock every other process waits on, lasted without end. Stopped at the
+    first read past the 60 s grace, under the 16 KiB/s default floor; the lock is free, nothing cached."""
+    monkeypatch.delenv(MIN_RATE, raising=False)
+    clock = types.SimpleNamespace(now=0)
+
+    def tick():
+        clock.now += 10
+        https_server['trickle'].set()
+        return clock.now
+
+    monkeypatch.setattr(download, 'time', types.SimpleNamespace(monotonic=tick))
+    url = https_server['url'] + '/trickle'
+    with pytest.raises(CheckpointError, match=rf'/trickle sent 7 bytes in 70 s, under the floor of {16 << 10} '
+                                              rf'bytes a second \({MIN_RATE}\): stopped'):
+        read_checkpoint(url)
+    folder = Path(cache_path(url)).parent
+    assert sorted(p.name for p in folder.iterdir()) == ['.lock']  # no file, no partial one
+    with open(folder / '.lock', 'rb') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError while held
 
 
 def test_a_planted_cache_folder_or_link_is_refused(https_server, tmp_path):
@@ -150,7 +191,11 @@ def test_a_cache_folder_of_another_user_is_refused(https_server):
     assert torch.equal(read_checkpoint(url)['state_dict']['w'], torch.arange(3.0))  # the user's own folder
 
 
-def test_a_bad_size_limit_is_named(monkeypatch):
+def test_a_bad_size_limit_or_rate_floor_is_named(monkeypatch):
     monkeypatch.setenv(MAX_BYTES, 'lots')
     with pytest.raises(DownloadError, match=f"{MAX_BYTES}='lots' is not a number"):
         download.max_download_bytes()
+    for value in ('fast', '-1'):
+        monkeypatch.setenv(MIN_RATE, value)
+        with pytest.raises(DownloadError, match=f"{MIN_RATE}='{value}' is not a number of bytes a second"):
+            download.min_download_rate()

@@ -1,15 +1,19 @@
-"""Image files capped by their size on disk before anything opens them, and label maps of more than 8 bits
+"""Image files capped by their size on disk before anything opens them, JPEGs by their scans and marker
+segments and PNGs by their chunks before a decoder parses them, and label maps of more than 8 bits
 refused where mmseg's 8-bit cast would change their values (docs/security.md)."""
 import os
+import time
 
 import numpy as np
 import pytest
+from bad_data import jpeg_after_comments, jpeg_of_repeated_scans, png_after_private_chunks
 from mmengine.config import Config
 from PIL import Image
 
 from xcit_dense.datasets import files
+from xcit_dense.datasets.decode_work import MAX_PNG_HEADER_CHUNKS, MAX_SCANS, MAX_SEGMENTS
 from xcit_dense.datasets.files import LABEL_MAP, check_image_file
-from xcit_dense.datasets.problems import LABELS_OUTSIDE, TOO_MANY_BYTES, BadSample
+from xcit_dense.datasets.problems import LABELS_OUTSIDE, TOO_MANY_BYTES, TOO_MUCH_WORK, BadSample
 from xcit_dense.engine.run_config import check_samples
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES
 
@@ -29,6 +33,47 @@ def test_a_sparse_gigabyte_behind_a_small_header_is_refused_before_it_is_opened(
     assert refused.value.kind == TOO_MANY_BYTES and refused.value.path == str(path), refused.value
     assert f'{2 ** 30} bytes on disk, over the limit of {DEFAULT_MAX_BYTES} (max_image_bytes)' in str(refused.value)
     assert opened == []
+
+
+def test_a_jpeg_of_repeated_scans_is_refused_before_decoding(tmp_path):
+    """tests/support/bad_data.py's progressive JPEG whose last scan repeats: each scan is a pass over the
+    whole picture (before: decoded, hours for 8192x8192 within the byte limit); 100 scans pass, 101 do
+    not, and a real progressive file of about 10 scans passes."""
+    path = tmp_path / 'scans.jpg'
+    jpeg_of_repeated_scans(path, MAX_SCANS)
+    assert check_image_file(str(path)) == (64, 64)
+    jpeg_of_repeated_scans(path, 2000)
+    start = time.process_time()
+    with pytest.raises(BadSample) as refused:
+        check_image_file(str(path), decode=True)
+    assert time.process_time() - start < 1
+    assert (refused.value.kind, refused.value.detail) == (TOO_MUCH_WORK, f'a JPEG of more than {MAX_SCANS} scans')
+
+
+def test_a_jpeg_behind_half_a_million_comments_is_refused_before_its_header_is_parsed(tmp_path):
+    """2 MB of empty comment segments before a 64x64 JPEG: PIL parses them one by one in Python before it
+    knows the size (before: 3 s here, 15 s and 1.1 GB for 64 MB); refused within a second of CPU."""
+    path = tmp_path / 'comments.jpg'
+    jpeg_after_comments(path, 2)
+    start = time.process_time()
+    with pytest.raises(BadSample) as refused:
+        check_image_file(str(path))
+    assert time.process_time() - start < 1
+    assert (refused.value.kind, refused.value.detail) == (
+        TOO_MUCH_WORK, f'a JPEG of more than {MAX_SEGMENTS} marker segments')
+
+
+def test_a_png_behind_700000_private_chunks_is_refused_before_its_header_is_parsed(tmp_path):
+    """8 MB of empty private chunks between a 64x64 PNG's header and its image data: PIL parses each when
+    it opens the file (before: 7 to 24 s); refused within a second of CPU, reading only the first chunks."""
+    path = tmp_path / 'chunks.png'
+    png_after_private_chunks(path, 8)
+    start = time.process_time()
+    with pytest.raises(BadSample) as refused:
+        check_image_file(str(path), LABEL_MAP)
+    assert time.process_time() - start < 1
+    assert (refused.value.kind, refused.value.detail) == (
+        TOO_MUCH_WORK, f'a PNG of more than {MAX_PNG_HEADER_CHUNKS} chunks before its image data')
 
 
 def test_the_config_key_reaches_the_samples_check():

@@ -23,6 +23,7 @@ from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
 
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
+from .annotations import duplicate_category_problem
 from .loaded_size import loader_color_type, size_problem
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
 from .robust import check_sample_files, label_values_problem, sample_folders
@@ -113,9 +114,11 @@ def _check_label_values(info: dict, load_labels, classes: int) -> None:
         raise BadSample(LABELS_OUTSIDE, info['seg_map_path'], problem)
 
 
-def _coco_categories(ann_file: str) -> Tuple[str, ...]:
+def _coco_categories(ann_file: str) -> Tuple[Tuple[str, ...], Optional[str]]:
+    """The annotation file's category names, and what is wrong where two share a name."""
     with open(ann_file) as f:
-        return tuple(c['name'] for c in json.load(f).get('categories', []))
+        categories = json.load(f).get('categories', [])
+    return tuple(c['name'] for c in categories), duplicate_category_problem(categories)
 
 
 def head_class_problem(model: dict, classes: int) -> Optional[str]:
@@ -178,7 +181,9 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     if segmentation:
         report.annotation_kind = 'label maps'
     else:
-        report.file_classes = _coco_categories(dataset.ann_file)
+        report.file_classes, problem = _coco_categories(dataset.ann_file)
+        if problem:
+            report.problems.append(f'{dataset.ann_file}: {problem}')
     for kind, count in getattr(dataset, 'problems', {}).items():  # what CheckedCocoDataset dropped
         report.add_bad(kind, count, dataset.examples[kind])
     folders, max_pixels = sample_folders(dataset), cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS)

@@ -2,28 +2,44 @@
 
 Boxes that are not four finite numbers or of zero or negative size, polygons that are not
 three or more pairs of numbers or that reach far outside the image, and RLE masks whose size is not
-the image's (a few bytes can declare gigabytes) are dropped with a warning naming the image and
-annotation, and counted in the words of ``problems``. In a validation or test set (``test_mode``) a
-polygon far outside its image is kept instead: the metric would rasterise it from the annotation
-file, so the sample check (``robust``) stops the run at that image. Images left without annotations
+the image's (a few bytes can declare gigabytes) are dropped and counted in the words of ``problems``,
+with one warning per image that names it once, counts its dropped annotations by kind and shows the
+first of each (a long file name repeated per annotation made a small file write a large log). In a
+validation or test set (``test_mode``) a polygon far outside its image is kept instead: the metric
+would rasterise it from the annotation file, so the sample check (``robust``) stops the run at that
+image. A file in which two categories share a name is refused, naming both ids. Images left without annotations
 are named too (mmdet drops them from training silently). This module imports mmdet: the package
 imports it only when such a dataset is built or named.
 """
 import logging
 from collections import Counter
-from typing import Dict, List, Union
+from typing import Dict, List, Tuple, Union
 
 from mmdet.datasets import CocoDataset
+from mmdet.datasets.api_wrappers import COCO
 from mmdet.registry import DATASETS as DET_DATASETS
 from mmengine.logging import print_log
 
-from .annotations import box_problem, polygon_problem, rle_problem
+from .annotations import box_problem, duplicate_category_problem, polygon_problem, rle_problem, shown
 from .problems import NO_ANNOTATIONS, POLYGON_OUTSIDE, summary
+
+
+class _NamesUnique(COCO):
+    """mmdet's COCO reader that refuses a file in which two categories share a name."""
+
+    def __init__(self, annotation_file: str) -> None:
+        super().__init__(annotation_file)
+        problem = duplicate_category_problem(self.dataset.get('categories', []))
+        if problem:
+            raise ValueError(f'{annotation_file}: {problem}: give each category a name of its own')
 
 
 @DET_DATASETS.register_module()
 class CheckedCocoDataset(CocoDataset):
-    """``CocoDataset`` that names and counts the annotations it cannot use."""
+    """``CocoDataset`` that names and counts the annotations it cannot use, and refuses category
+    names that are not unique."""
+
+    COCOAPI = _NamesUnique
 
     def load_data_list(self) -> List[dict]:
         self.problems: Counter = Counter()
@@ -34,19 +50,27 @@ class CheckedCocoDataset(CocoDataset):
                       level=logging.WARNING)
         return data_list
 
-    def _drop(self, what: str, detail: str) -> None:
-        self.problems[what] += 1
-        self.examples.setdefault(what, detail)
-        print_log(f'{self.ann_file}: {detail}: skipped', logger='current', level=logging.WARNING)
+    def _report_dropped(self, image: str, dropped: List[Tuple[str, str]]) -> None:
+        """Count one image's dropped annotations ((kind, 'annotation ID: detail') each) and name the
+        image once, with how many of each kind and the first of each."""
+        kinds: Counter = Counter(kind for kind, _ in dropped)
+        first: Dict[str, str] = {}
+        for kind, detail in dropped:
+            first.setdefault(kind, detail)
+            self.examples.setdefault(kind, f'image {image} {detail}')
+        self.problems.update(kinds)
+        print_log(f'{self.ann_file}: image {image}: skipped {len(dropped)} annotation(s): '
+                  + '; '.join(f'{n} {kind}, e.g. {first[kind]}' for kind, n in kinds.items()),
+                  logger='current', level=logging.WARNING)
 
     def parse_data_info(self, raw_data_info: dict) -> Union[dict, List[dict]]:
         image = raw_data_info['raw_img_info']
-        kept = []
+        kept, dropped = [], []
         for ann in raw_data_info['raw_ann_info']:
-            where = f'image {image["file_name"]} annotation {ann.get("id")}'
+            where = f'annotation {shown(ann.get("id"))}'
             problem = box_problem(ann, image['height'], image['width'])
             if problem:
-                self._drop(problem[0], f'{where}: {problem[1]}')
+                dropped.append((problem[0], f'{where}: {problem[1]}'))
                 continue
             segmentation = ann.get('segmentation')
             if isinstance(segmentation, list):
@@ -56,7 +80,7 @@ class CheckedCocoDataset(CocoDataset):
                     if problem and problem[0] == POLYGON_OUTSIDE and self.test_mode:
                         problem = None  # kept: the sample check stops validation at it, naming the image
                     if problem:
-                        self._drop(problem[0], f'{where}: {problem[1]}')
+                        dropped.append((problem[0], f'{where}: {problem[1]}'))
                     else:
                         polygons.append(polygon)
                 if not polygons:
@@ -65,9 +89,11 @@ class CheckedCocoDataset(CocoDataset):
             elif segmentation:
                 problem = rle_problem(segmentation, image['height'], image['width'])
                 if problem:
-                    self._drop(problem[0], f'{where}: {problem[1]}')
+                    dropped.append((problem[0], f'{where}: {problem[1]}'))
                     continue
             kept.append(ann)
+        if dropped:
+            self._report_dropped(image['file_name'], dropped)
         return super().parse_data_info(dict(raw_data_info, raw_ann_info=kept))
 
     def filter_data(self) -> List[dict]:

@@ -1,7 +1,8 @@
 """The files of one sample, checked before anything decodes them: a path that stays inside its
 folder, a file that exists and whose size on disk is within a limit (a sparse file of a gigabyte can
 carry a small image's header), a header whose size is within a pixel limit (a few bytes can declare
-40000x40000 pixels, gigabytes once decoded), and on request a full decode by the decoder the
+40000x40000 pixels, gigabytes once decoded), a JPEG's scans and markers and a PNG's chunks
+within the bounds of ``decode_work`` (a decoder's time grows with them), and on request a full decode by the decoder the
 pipelines use (OpenCV for images, PIL for label maps), so that a check and training agree on what
 is readable.
 
@@ -31,6 +32,7 @@ from ..pixel_limit import (
     OPENCV_LIMIT_VAR,
     opencv_limit,
 )
+from .decode_work import decode_work_problem
 from .problems import (
     LABELS_OUTSIDE,
     MISSING_IMAGE,
@@ -38,6 +40,7 @@ from .problems import (
     PATH_OUTSIDE,
     TOO_MANY_BYTES,
     TOO_MANY_PIXELS,
+    TOO_MUCH_WORK,
     UNREADABLE_IMAGE,
     UNREADABLE_LABEL_MAP,
     BadSample,
@@ -108,7 +111,8 @@ def _check_wide_labels(path: str, image: Image.Image) -> None:
 def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX_PIXELS,
                      decode: bool = False, max_bytes: int = DEFAULT_MAX_BYTES) -> Optional[Tuple[int, int]]:
     """The (height, width) its header declares, after checking the file's size on disk against
-    ``max_bytes`` (before it is opened) and the header against ``max_pixels``; with
+    ``max_bytes`` (before it is opened), a JPEG's scans and markers and a PNG's chunks
+    (``decode_work``, before a decoder opens it) and the header against ``max_pixels``; with
     ``decode`` the whole file is decoded too, by the pipelines' decoder (OpenCV for an image, PIL
     for a label map). An image in a format PIL does not read is always decoded by OpenCV, from its
     file, under OpenCV's own limit: the pipeline decodes a copy in memory, which for these formats
@@ -125,6 +129,9 @@ def check_image_file(path: str, what: str = IMAGE, max_pixels: int = DEFAULT_MAX
                         f'({MAX_BYTES_KEY})')
     size = None
     try:
+        work = decode_work_problem(path)
+        if work:
+            raise BadSample(TOO_MUCH_WORK, path, work)
         with _headers_of_any_size(), Image.open(path) as image:
             width, height = image.size
             if width * height > max_pixels:

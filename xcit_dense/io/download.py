@@ -8,7 +8,11 @@ to https), and the log names the URL the file finally came from. The cache's fol
 and opened without following links and must belong to the user: a co-user of a group-shared
 ``TORCH_HOME`` who plants the (predictable) folder of a URL, or a link in its place, gets an error,
 never a download written where the link points. A download stops at ``XCIT_MAX_DOWNLOAD_BYTES``
-(default 8 GiB, far above any released checkpoint), whether or not the server declares a length.
+(default 8 GiB, far above any released checkpoint), whether or not the server declares a length,
+and when, after its first ``RATE_GRACE_S`` seconds, it has averaged fewer than
+``XCIT_MIN_DOWNLOAD_RATE`` bytes a second (default 16 KiB; 0 for no floor): each read waits at most
+60 s, but a server that sends a byte every few seconds would otherwise hold the cache's lock, and
+every process waiting on it, without end.
 The expected SHA-256 is the one a config gives
 (``init_cfg=dict(type='Pretrained', checkpoint=URL, sha256=...)``) or the prefix in the file name
 (torch.hub's and OpenMMLab's ``name-<sha256 prefix>.pth``); a file that does not match is an error
@@ -29,6 +33,7 @@ import os
 import re
 import secrets
 import stat
+import time
 import urllib.request
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator, Optional
@@ -40,6 +45,10 @@ from mmengine.logging import print_log
 ALLOW_HTTP = 'XCIT_ALLOW_HTTP'
 MAX_BYTES = 'XCIT_MAX_DOWNLOAD_BYTES'
 DEFAULT_MAX_BYTES = 8 << 30
+MIN_RATE = 'XCIT_MIN_DOWNLOAD_RATE'
+DEFAULT_MIN_RATE = 16 << 10  # bytes a second: a 500 MB checkpoint in 9 hours
+RATE_GRACE_S = 60  # before the floor applies: a connection's slow start, a server's first reply
+READ_TIMEOUT_S = 60
 _CHUNK = 1 << 20
 HASH_IN_NAME = re.compile(r'-([a-f0-9]{8,64})\.[A-Za-z0-9]+$')
 MARKER = '.sha256'  # beside the cached file: its digest and the stat of the file it was taken of
@@ -210,6 +219,19 @@ def max_download_bytes() -> int:
         raise DownloadError(f'{MAX_BYTES}={value!r} is not a number of bytes') from None
 
 
+def min_download_rate() -> int:
+    """The floor of a download's average rate after its first ``RATE_GRACE_S`` seconds, in bytes a
+    second: ``XCIT_MIN_DOWNLOAD_RATE``, else 16 KiB; 0 for none."""
+    value = os.environ.get(MIN_RATE)
+    try:
+        rate = int(value) if value else DEFAULT_MIN_RATE
+    except ValueError:
+        rate = -1
+    if rate < 0:
+        raise DownloadError(f'{MIN_RATE}={value!r} is not a number of bytes a second')
+    return rate
+
+
 class _RedirectsChecked(urllib.request.HTTPRedirectHandler):
     """Follows a redirect only to a URL :func:`check_url` accepts (https to http is refused)."""
 
@@ -220,20 +242,26 @@ class _RedirectsChecked(urllib.request.HTTPRedirectHandler):
 
 def _fetch(url: str, out: BinaryIO) -> str:
     """Write ``url``'s body to ``out``, redirects checked, at most :func:`max_download_bytes`
-    bytes; returns the URL the body came from."""
-    cap = max_download_bytes()
+    bytes and no slower on average than :func:`min_download_rate` after ``RATE_GRACE_S``; returns
+    the URL the body came from."""
+    cap, floor = max_download_bytes(), min_download_rate()
     opener = urllib.request.build_opener(_RedirectsChecked)
     request = urllib.request.Request(url, headers={'User-Agent': 'xcit-dense'})
-    with opener.open(request, timeout=60) as response:
+    with opener.open(request, timeout=READ_TIMEOUT_S) as response:
         declared = response.headers.get('Content-Length')
         if declared and declared.isdigit() and int(declared) > cap:
             raise DownloadError(f'{url} declares {int(declared)} bytes, over the limit of {cap} ({MAX_BYTES})')
-        size = 0
-        for chunk in iter(lambda: response.read(_CHUNK), b''):
+        size, start = 0, time.monotonic()
+        # read1: what has arrived, up to a chunk, so that a trickle is measured as it comes
+        for chunk in iter(lambda: response.read1(_CHUNK), b''):
             size += len(chunk)
             if size > cap:
                 raise DownloadError(f'{url} sent more than {cap} bytes, the limit ({MAX_BYTES}): stopped')
             out.write(chunk)
+            elapsed = time.monotonic() - start
+            if elapsed > RATE_GRACE_S and size < floor * elapsed:
+                raise DownloadError(f'{url} sent {size} bytes in {elapsed:.0f} s, under the floor of {floor} '
+                                    f'bytes a second ({MIN_RATE}): stopped')
         return response.geturl()
 
 

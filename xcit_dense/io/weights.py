@@ -235,9 +235,20 @@ def check_backbone_fits(model: nn.Module, state: Dict[str, torch.Tensor], source
                               f'{mismatch[1]}: pass the config of that model (configs/xcit/, patch size in its name)')
 
 
+def check_finite(state: Dict[str, Any], source: str) -> None:
+    """Refuse a state dict whose floating-point tensors hold a NaN or an infinity, naming them: such
+    weights load without a word and predict nothing (all-NaN weights gave one class everywhere)."""
+    bad = [key for key, value in state.items() if isinstance(value, torch.Tensor)
+           and (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all())]
+    if bad:
+        raise CheckpointError(f'{source} holds NaN or infinite weights in {summarise_keys(bad)}: refused '
+                              f'(a run that diverged, or a damaged file)')
+
+
 def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict] = None) -> None:
     """Refuse a checkpoint of another model for ``model`` (resume, test, inference), naming the keys,
-    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys).
+    or both backbones when its XCiT backbone differs (patch size, width, depth read from its keys),
+    and one of NaN or infinite weights (:func:`check_finite`).
     ``loaded``: the checkpoint's contents when they are already read (not read again)."""
     state = (read_checkpoint(checkpoint) if loaded is None else loaded).get('state_dict')
     if not isinstance(state, dict):
@@ -251,14 +262,15 @@ def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict
         raise CheckpointError(
             f'{checkpoint} was saved from a different model: missing {head(diff.missing) or "none"}; '
             f'unexpected {head(diff.unexpected) or "none"}; shape mismatches {head(mismatched) or "none"}')
+    check_finite(state, checkpoint)
 
 
 def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
     """Check that ``checkpoint`` fits ``model`` but for the class-dependent layers; returns those.
 
     Fine-tuning on other classes (``load_from``) leaves exactly the layers of :data:`CLASS_DEPENDENT`
-    whose shapes differ at their initial values; any other missing, unexpected or mis-shaped key is
-    a ``CheckpointError`` naming it.
+    whose shapes differ at their initial values; any other missing, unexpected or mis-shaped key, or
+    a NaN or infinite weight (:func:`check_finite`), is a ``CheckpointError`` naming it.
     """
     state = read_checkpoint(checkpoint).get('state_dict')
     if not isinstance(state, dict):
@@ -276,4 +288,5 @@ def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
                             'shape mismatches outside the class-dependent layers')
     if problems:
         raise CheckpointError(f'cannot fine-tune from {checkpoint}: ' + '; '.join(problems))
+    check_finite(state, checkpoint)
     return reinitialised

@@ -158,10 +158,8 @@ class ToolkitRunner(Runner):
         tools/train.py prints in one line; an allocation failure is left to the out-of-memory advice."""
         try:
             super().resume(filename, *args, **kwargs)
-        except CheckpointError:
-            raise
         except Exception as exc:
-            if is_out_of_memory(exc):
+            if is_out_of_memory(exc) or isinstance(exc, CheckpointError) and filename in str(exc):
                 raise
             text = str(exc).strip()
             reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__

@@ -5,6 +5,8 @@ following links.
 - ``checked_unpickler.py``: what a checkpoint file may build, checked as it is built;
 - ``checkpoint.py``: ``CheckpointError``, the weights-only read of a file or URL, atomic writes (the
   ``atomic_local`` file backend);
+- ``checkpoint_schema.py``: the types, ranges and shapes of the values read from a checkpoint, and a
+  resume candidate judged whole;
 - ``checkpoint_schemes.py``: every MMEngine checkpoint scheme (``torchvision://``, ``s3://``, ...)
   routed to the checked reader or refused;
 - ``download.py``: checked downloads into a cache keyed by the whole URL;

@@ -19,13 +19,14 @@ from .checked_unpickler import LARGEST_INT, brief
 from .checkpoint import CheckpointError
 
 __all__ = ['SchemaError', 'count', 'seed_of', 'class_names', 'palette', 'dataset_meta_of', 'batch_plan_of',
-           'position_of', 'auto_fit_of', 'check_state_dict', 'block_index', 'check_resumable']
+           'position_of', 'auto_fit_of', 'check_meta', 'check_message_hub', 'check_optimizer', 'check_schedulers',
+           'check_state_dict', 'block_index', 'check_resumable']
 
 MAX_ITEMS = 1 << 16  # classes, parameter groups, values per scheduler or group
 MAX_NAME = 1000  # characters of a name (a class, a state dict's key)
 SEED_LIMIT = 1 << 32  # the seeds NumPy takes (MMEngine seeds Python, NumPy and torch with one)
 MAX_INDEX_DIGITS = 6  # a block's index in a state dict's key
-PLAIN_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
+PLAIN_NUMBERS = (int, float, np.integer, np.floating)  # (bool is an int: refused apart)
 
 
 class SchemaError(CheckpointError, ValueError):
@@ -50,8 +51,9 @@ def _integer(value: Any, where: str, low: int, high: int) -> int:
 
 def _number(value: Any, where: str, positive: bool = False) -> float:
     """``value`` as a float, refused unless a plain finite number (above 0 with ``positive``)."""
-    if not isinstance(value, PLAIN_NUMBERS) or isinstance(value, (bool, np.bool_)) or not math.isfinite(value) \
-            or (positive and not value > 0):
+    plain = isinstance(value, PLAIN_NUMBERS) and not isinstance(value, (bool, np.bool_))
+    if not plain or (_is_int(value) and abs(value) >= LARGEST_INT) or not math.isfinite(value) \
+            or (positive and not value > 0):  # (a large int is refused before float() could overflow)
         raise _refuse(where, value, 'a positive finite number' if positive else 'a finite number')
     return float(value)
 

@@ -23,6 +23,7 @@ from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declar
 from xcit_dense.errors import ToolkitError
 from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
+from xcit_dense.io.checkpoint_schema import SchemaError, dataset_meta_of
 from xcit_dense.io.output_files import writing
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
@@ -71,8 +72,12 @@ def use_tta(cfg: Config) -> None:
 
 
 def warn_other_classes(runner, checkpoint: str, loaded: dict) -> None:
-    """Warn when the checkpoint names other classes than the test set (whose names the metrics use)."""
-    saved = (loaded.get('meta') or {}).get('dataset_meta', {}).get('classes')
+    """Warn when the checkpoint names other classes than the test set (whose names the metrics use);
+    SchemaError when its classes are not names."""
+    try:
+        saved = (dataset_meta_of(loaded.get('meta') or {}) or {}).get('classes')
+    except SchemaError as exc:
+        raise SchemaError(f'{checkpoint}: {exc}') from None
     tested = runner.test_dataloader.dataset.metainfo.get('classes')
     if saved and tested and tuple(saved) != tuple(tested):
         runner.logger.warning(f'{checkpoint} was trained on the classes {", ".join(saved[:5])}, ... '
@@ -129,10 +134,10 @@ def run_test(cfg: Config, args: argparse.Namespace, backend: Optional[str], hold
     try:
         check_matches_model(runner.model, args.checkpoint, loaded)
         weights = select_weights(loaded, args.raw_weights, args.checkpoint)
+        warn_other_classes(runner, args.checkpoint, loaded)
     except (CheckpointError, ValueError) as exc:
         raise ToolkitError(str(exc)) from exc
     runner.logger.info(weights)
-    warn_other_classes(runner, args.checkpoint, loaded)
     if hasattr(runner, 'hand_checkpoint'):
         runner.hand_checkpoint(args.checkpoint, loaded)
     del loaded  # the Runner's now: dropped once it has loaded it

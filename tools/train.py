@@ -85,10 +85,10 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
     Raises ToolkitError (inside the process group: no exit here, see ``main``)."""
     try:
         run = assemble_training(cfg, args, world_size())
+    except (CheckpointError, FileNotFoundError) as exc:  # (before ValueError: a SchemaError is both)
+        raise ToolkitError(f'cannot resume: {exc}') from exc
     except ValueError as exc:
         raise ToolkitError(str(exc)) from exc
-    except (CheckpointError, FileNotFoundError) as exc:
-        raise ToolkitError(f'cannot resume: {exc}') from exc
     runner = RUNNERS.build(cfg)
     try:
         run.resume.hand_to(runner)

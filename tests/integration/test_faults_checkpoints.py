@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import key_of, with_config_texts, zip_of
+from checkpoint_attacks import PLANTED_VALUES, key_of, planted, with_config_texts, zip_of
 from helpers import (
     ROOT,
     can_chattr,
@@ -175,15 +175,24 @@ def test_a_config_text_in_the_resumed_checkpoint_never_runs_nor_spreads(tmp_path
 
 def test_a_planted_newest_checkpoint_with_a_config_text_resumes_without_running_it(tmp_path, tiny_seg_run):
     """The same file planted in the work dir as the newest checkpoint, beside the good iter_2.pth: a bare
-    --resume picks it, and resumes from it (at the end of the run's 4 iterations) without running it."""
+    --resume picks it, and resumes from it (at the end of the run's 4 iterations) without running it.
+    Newer still, issue 63's planted values (a seed of 'x' or 2**70, a message hub that is a string, an
+    optimizer without groups, a weight named backbone.blocks.x.y, a tensor in the meta), each in the real
+    checkpoint's meta and message hub: each was chosen and ended the run with a traceback; now each is
+    named with its key and skipped."""
     config, work_dir = tiny_seg_run
     marker = tmp_path / 'pwned'
-    torch.save(with_config_texts(read_checkpoint_file(str(work_dir / 'iter_4.pth')), marker), work_dir / 'iter_4.pth')
+    real = read_checkpoint_file(str(work_dir / 'iter_4.pth'))
+    torch.save(with_config_texts(real, marker), work_dir / 'iter_4.pth')
+    for number, case in enumerate(PLANTED_VALUES, start=10):  # (4.5 MB each)
+        torch.save(planted(dict(real, meta=dict(real['meta'], iter=number)), case), work_dir / f'iter_{number}.pth')
     proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert not marker.exists()
     assert 'resumed epoch: 0, iter: 4' in log, log[-3000:]
+    for number, (case, (_, reason)) in enumerate(PLANTED_VALUES.items(), start=10):
+        assert any(f'iter_{number}.pth' in line and reason in line for line in log.splitlines()), (case, log[-3000:])
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from helpers import (
     hooked_config,
     launch_env,
     read_log,
+    resumable,
     run,
     run_together,
     tiny_seg_config,
@@ -27,20 +28,24 @@ from xcit_dense.engine import restart
 from xcit_dense.engine.restart import Restart
 from xcit_dense.engine.resume import Resume
 
-# tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when memory-mapped,
-# its tensors' data not read) in $READS at exit
+# tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when its tensors' data
+# was not read: read_without_data) in $READS at exit
 COUNTED_TRAIN = f"""
 import atexit, json, os, runpy, sys
 import torch
+import xcit_dense.engine.resume as resume
 import xcit_dense.io.checkpoint as checkpoint
-reads, load, load_checked = [], torch.load, checkpoint.load_checked
+reads, load, load_checked, without_data = [], torch.load, checkpoint.load_checked, resume.read_without_data
 def counted(f, *args, **kwargs):  # a read around the toolkit's reader would come through here
-    reads.append(str(f) + (' (meta)' if kwargs.get('mmap') else ''))
+    reads.append(str(f))
     return load(f, *args, **kwargs)
-def counted_checked(path, map_location='cpu', mmap=False):  # every read of the toolkit's reader
-    reads.append(str(path) + (' (meta)' if mmap else ''))
-    return load_checked(path, map_location, mmap)
-torch.load, checkpoint.load_checked = counted, counted_checked
+def counted_checked(path, *args):  # every whole read of the toolkit's reader
+    reads.append(str(path))
+    return load_checked(path, *args)
+def counted_without_data(path):  # the scan of the candidates
+    reads.append(str(path) + ' (meta)')
+    return without_data(path)
+torch.load, checkpoint.load_checked, resume.read_without_data = counted, counted_checked, counted_without_data
 atexit.register(lambda: open(os.environ['READS'], 'w').write(json.dumps(reads)))
 sys.argv = [{str(ROOT / 'tools/train.py')!r}, *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name='__main__')
@@ -49,7 +54,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 def test_an_automatic_resume_reads_the_checkpoint_once(tmp_path, seg_data, tiny_seg_run):
     """--resume on a work dir with iter_2.pth and iter_4.pth: the newest checkpoint is found (each one's
-    meta read, memory-mapped), seeded from, checked against the model and resumed from, on one read of
+    meta read, its tensors' data not), seeded from, checked against the model and resumed from, on one read of
     that file (the hooks get the same contents)."""
     _, work_dir = tiny_seg_run  # trained once for the session to iteration 4
     reads = tmp_path / 'reads.json'
@@ -69,7 +74,7 @@ def work_dir(tmp_path):
     """A work dir with iter_2.pth and iter_4.pth (the newest), and a checkpoint elsewhere."""
     for done, name in ((2, 'run/iter_2.pth'), (4, 'run/iter_4.pth'), (0, 'other.pth')):
         (tmp_path / name).parent.mkdir(exist_ok=True)
-        torch.save({'meta': {'seed': 5, 'name': name, 'iter': done}, 'state_dict': {}}, tmp_path / name)
+        torch.save(resumable(done, meta={'seed': 5, 'name': name, 'iter': done, 'epoch': 0}), tmp_path / name)
     return tmp_path / 'run'
 
 

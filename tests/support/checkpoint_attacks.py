@@ -35,8 +35,8 @@ from mmdet.models.backbones import ResNet  # noqa: E402
 from mmengine.runner.checkpoint import _load_checkpoint, load_checkpoint  # noqa: E402
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
-from xcit_dense.engine.data_position import progress_of  # noqa: E402
-from xcit_dense.io.checkpoint import CheckpointError, read_meta  # noqa: E402
+from xcit_dense.engine.resume import judge_candidate  # noqa: E402
+from xcit_dense.io.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.io.weights import read_checkpoint  # noqa: E402
 
 SAFE_GLOBALS.append(sorted(map(str, torch.serialization.get_safe_globals())))  # after the imports
@@ -311,6 +311,50 @@ BAD_METAS = {'iter a string': {'iter': '7'}, 'iter NaN': {'iter': float('nan')},
              'data_position without epoch': {'data_position': {'samples': 3}}}
 
 
+# --- issue 63: plain values where the toolkit or MMEngine's resume needs other types -----------------
+
+def _with(checkpoint: dict, change: Callable[[dict], None]) -> dict:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in checkpoint.items()}  # what a change replaces
+    change(out)
+    return out
+
+
+def _meta(**values) -> Callable[[dict], None]:
+    return lambda checkpoint: checkpoint['meta'].update(values)
+
+
+def _rename_weight(checkpoint: dict) -> None:
+    state = checkpoint['state_dict']
+    state['backbone.blocks.x.y'] = state.pop(next(iter(state)))
+
+
+# files whose values the checked reader reads (plain data) and whose use stopped a resume with a traceback, or
+# took seconds and gigabytes (a zero-stride view iterated or broadcast): each a change of a real checkpoint,
+# and what refuses it
+PLANTED_VALUES = {
+    'seed a string': (_meta(seed='x'), "meta's seed is 'x'"),
+    'seed 2**70': (_meta(seed=2 ** 70), "meta's seed is an int of 71 bits"),
+    'message_hub a string': (lambda c: c.update(message_hub='x'), "message_hub is 'x', not a dict"),
+    'optimizer without param groups': (lambda c: c.update(optimizer={'state': {}}),
+                                       "optimizer param_groups is None"),
+    'state dict key backbone.blocks.x.y': (_rename_weight, "'backbone.blocks.x.y' has 'x' where an index"),
+    'batch plan lr a tensor': (lambda c: c['meta'].update(batch_plan=dict(
+        c['meta'].get('batch_plan') or {}, lr=torch.zeros(1).expand(2 ** 10))), "meta's batch_plan lr holds a tensor"),
+}
+
+
+def planted(checkpoint: dict, case: str) -> dict:
+    """``checkpoint`` (a copy of its top-level dicts) changed as ``PLANTED_VALUES[case]`` says."""
+    return _with(checkpoint, PLANTED_VALUES[case][0])
+
+
+def released(classes, palette=None) -> dict:
+    """A file in the authors' released layout (``backbone.pos_embeder.*``) whose meta holds ``CLASSES`` and
+    ``PALETTE`` (a zero-stride view of 2**20 elements as ``CLASSES``: ``tuple()`` of it took 8.8 s)."""
+    meta = {'CLASSES': classes} if palette is None else {'CLASSES': classes, 'PALETTE': palette}
+    return {'state_dict': {'backbone.pos_embeder.token_projection.weight': torch.ones(1)}, 'meta': meta}
+
+
 def timed(case: str, attempt: Callable) -> None:
     """One line: ``{case: [outcome, CPU seconds]}``."""
     start = time.process_time()
@@ -324,14 +368,7 @@ def timed(case: str, attempt: Callable) -> None:
     print(json.dumps({case: [outcome[:100_000], time.process_time() - start]}), flush=True)
 
 
-def read_progress(path: str):
-    try:
-        return progress_of(read_meta(path))
-    except ValueError as exc:
-        raise CheckpointError(f'checkpoint {path}: {exc}') from exc
-
-
-PATHS = {'reader': lambda path: read_checkpoint(path), 'read_meta': read_progress,
+PATHS = {'reader': lambda path: read_checkpoint(path), 'read_meta': judge_candidate,
          'mmengine': lambda path: load_checkpoint(torch.nn.Linear(1, 1), path, map_location='cpu')}
 
 

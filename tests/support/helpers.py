@@ -142,6 +142,13 @@ def find_resumable_checkpoint(work_dir) -> Optional[str]:
     found = read_resumable_checkpoint(str(work_dir))
     return found[0] if found else None
 
+def resumable(iteration: int, **parts) -> dict:
+    """The smallest training checkpoint a resume restores (what MMEngine's ``Runner.resume`` reads by
+    key: meta's epoch and iter, the message hub, a state dict), ``parts`` added or replaced."""
+    hub = dict(log_scalars={}, runtime_info={}, resumed_keys={})
+    return dict(dict(meta=dict(epoch=0, iter=iteration), state_dict={'w': torch.ones(2)}, message_hub=hub), **parts)
+
+
 def pause_hook(tmp_path: Path, after_iter: int) -> dict:
     """A PauseAfterIterHook (tests/support/launch_hooks.py) with its files in tmp_path: the run creates
     ``ready`` after ``after_iter`` and goes on once the test creates ``go``."""

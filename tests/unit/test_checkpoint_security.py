@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict
@@ -16,8 +18,19 @@ from typing import Dict
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import ARCHIVE_ATTACKS, Reduce, key_of, torch_records, with_config_texts, zip_bytes, zip_of
-from helpers import SUPPORT, GetattrExploit, find_resumable_checkpoint, free_port, hide_payload
+from checkpoint_attacks import (
+    ARCHIVE_ATTACKS,
+    PLANTED_VALUES,
+    Reduce,
+    key_of,
+    planted,
+    released,
+    torch_records,
+    with_config_texts,
+    zip_bytes,
+    zip_of,
+)
+from helpers import SUPPORT, GetattrExploit, find_resumable_checkpoint, free_port, hide_payload, resumable
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.registry import DefaultScope
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
@@ -26,7 +39,7 @@ from xcit_dense.engine import resume
 from xcit_dense.engine.hooks.rng_state import get_rng_state
 from xcit_dense.io import download
 from xcit_dense.io.checked_unpickler import history_buffer_method
-from xcit_dense.io.checkpoint import AtomicLocalBackend, CheckpointError
+from xcit_dense.io.checkpoint import AtomicLocalBackend, CheckpointError, read_without_data
 from xcit_dense.io.checkpoint_schemes import install_checked_schemes
 from xcit_dense.io.download import ALLOW_HTTP, cache_path
 from xcit_dense.io.weights import read_checkpoint
@@ -407,7 +420,7 @@ def test_a_resume_skips_damaged_checkpoints_naming_each(tmp_path, monkeypatch):
     choice, a deep key crashed it); with none readable, one error lists each file."""
     logged = []
     monkeypatch.setattr(resume, 'print_log', lambda message, **kwargs: logged.append(message))
-    save_checkpoint({'state_dict': {'w': torch.ones(2)}, 'meta': {'iter': 1}}, str(tmp_path / 'iter_1.pth'))
+    save_checkpoint(resumable(1), str(tmp_path / 'iter_1.pth'))
     save_checkpoint({'state_dict': {}, 'meta': {'iter': '7'}}, str(tmp_path / 'iter_7.pth'))
     save_checkpoint({'state_dict': {}, 'meta': {'iter': 8, 'data_position': {'samples': 3}}},
                     str(tmp_path / 'iter_8.pth'))
@@ -420,3 +433,55 @@ def test_a_resume_skips_damaged_checkpoints_naming_each(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match='no checkpoint in .* can be loaded') as error:
         find_resumable_checkpoint(str(tmp_path))
     assert all(f'iter_{n}.pth' in str(error.value) for n in (1, 7, 8, 9)), error.value
+
+
+def test_a_resume_skips_planted_values_of_the_wrong_type_naming_each(tmp_path, monkeypatch):
+    """Issue 63: newest checkpoints that the reader reads (plain values) but whose values a resume could not
+    use (a seed of 'x' or 2**70, a message hub that is a string, an optimizer without parameter groups, a
+    weight named backbone.blocks.x.y, a tensor in the meta) were chosen and ended the run with a traceback;
+    each is judged whole before anything is restored, named with the key, and skipped, within a second of
+    CPU each."""
+    logged = []
+    monkeypatch.setattr(resume, 'print_log', lambda message, **kwargs: logged.append(message))
+    good = resumable(1, optimizer={'state': {}, 'param_groups': [{'lr': 0.1, 'params': [0]}]})
+    save_checkpoint(good, str(tmp_path / 'iter_1.pth'))
+    names = {}
+    for number, case in enumerate(PLANTED_VALUES, start=10):
+        names[case] = f'iter_{number}.pth'
+        save_checkpoint(planted(dict(good, meta=dict(epoch=0, iter=number)), case), str(tmp_path / names[case]))
+    start = time.process_time()
+    assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')
+    assert time.process_time() - start < len(names)
+    for case, (_, reason) in PLANTED_VALUES.items():
+        assert any(names[case] in line and reason in line for line in logged), (case, logged)
+
+
+@pytest.mark.parametrize('classes, palette, reason', [
+    (torch.zeros(1, dtype=torch.uint8).expand(2 ** 16), None, "its meta's CLASSES is a Tensor, not a list"),
+    (1, None, "its meta's CLASSES is 1, not a list"),
+    (('a',), [1], "its meta's PALETTE[0] is 1, not a list of at most 3 items"),
+    (('a',), [(1, 2, 300)], "its meta's PALETTE[0] is 300, not an integer from 0 to 255")])
+def test_class_names_and_colours_of_a_released_file_are_typed(tmp_path, classes, palette, reason):
+    """Issue 63: a released file's CLASSES and PALETTE became dataset_meta unchecked: a tensor's elements
+    (tuple() of a zero-stride view: seconds and gigabytes), a raw TypeError for 1 or [1]; now one error
+    naming the file and the key."""
+    torch.save(released(classes, palette), tmp_path / 'released.pth')
+    with pytest.raises(CheckpointError, match=re.escape(f'released.pth: {reason}')):
+        read_checkpoint(str(tmp_path / 'released.pth'))
+
+
+def test_the_scan_of_candidates_reads_no_tensor_data(tmp_path, monkeypatch):
+    """Issue 63: the choice memory-mapped each candidate (a file truncated while mapped ends the process with
+    SIGBUS); now it reads data.pkl alone, its tensors placeholders on the meta device. A candidate whose
+    tensor records are gone is still ranked from its data.pkl, then skipped when the whole read fails."""
+    monkeypatch.setattr(resume, 'print_log', lambda message, **kwargs: None)
+    save_checkpoint(resumable(1), str(tmp_path / 'iter_1.pth'))
+    save_checkpoint(resumable(2, state_dict={'w': torch.ones(3, 2)}), str(tmp_path / 'whole.pth'))
+    with zipfile.ZipFile(tmp_path / 'whole.pth') as whole, zipfile.ZipFile(tmp_path / 'iter_2.pth', 'w') as out:
+        for info in whole.infolist():
+            if '/data/' not in info.filename:  # the storages' records
+                out.writestr(info, whole.read(info))
+    scanned = read_without_data(str(tmp_path / 'iter_2.pth'))
+    assert scanned['state_dict']['w'].shape == (3, 2) and scanned['state_dict']['w'].device.type == 'meta'
+    assert resume.judge_candidate(str(tmp_path / 'iter_2.pth')).iter == 2
+    assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')

@@ -30,6 +30,7 @@ from mmengine.config import Config
 
 from ..allocation_failures import is_out_of_memory
 from ..errors import ToolkitError
+from ..io.checkpoint_schema import auto_fit_of
 from .batch_plan import resolve_batch_plan
 from .collectives import gather_objects
 from .dist import gpus_present
@@ -362,9 +363,10 @@ def device_record() -> Tuple[str, int]:
 
 
 def record_from(meta: Optional[dict]) -> Optional[FitRecord]:
-    """The ``FitRecord`` a checkpoint's meta holds (``AutoFitHook``), if any."""
-    found = (meta or {}).get(AUTO_FIT_KEY)
-    if not isinstance(found, dict):
+    """The ``FitRecord`` a checkpoint's meta holds (``AutoFitHook``), if any; SchemaError for one whose
+    fields are not of their types (io/checkpoint_schema.py)."""
+    found = auto_fit_of(meta or {}, AUTO_FIT_KEY)
+    if found is None:
         return None
-    return FitRecord(tuple(found['requested']), tuple(found['fitted']), found['world_size'], found['device'],
+    return FitRecord(found['requested'], found['fitted'], found['world_size'], found['device'],
                      found['total_memory'])

@@ -7,9 +7,8 @@ ranks checkpoints by it (:func:`progress_of`).
 """
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
-
-from ..io.checked_unpickler import LARGEST_INT, brief
+from ..io.checked_unpickler import brief
+from ..io.checkpoint_schema import count, position_of
 
 META_KEY = 'data_position'
 
@@ -26,11 +25,10 @@ class DataPosition(NamedTuple):
 
 
 def recorded_position(meta: dict) -> Optional[DataPosition]:
-    """The position a checkpoint's ``meta`` records; None for one written before positions were."""
-    recorded = meta.get(META_KEY)
-    if not isinstance(recorded, dict):
-        return None
-    return DataPosition(int(recorded['epoch']), int(recorded['samples']))
+    """The position a checkpoint's ``meta`` records; None for one written before positions were.
+    Raises SchemaError (io/checkpoint_schema.py) for one that is not two counts."""
+    position = position_of(meta, META_KEY)
+    return None if position is None else DataPosition(*position)
 
 
 class Progress(NamedTuple):
@@ -42,28 +40,19 @@ class Progress(NamedTuple):
     iter: int
 
 
-def _count(record: dict, key: str, where: str) -> int:
-    value = record.get(key, 0)
-    if not (type(value) is int or isinstance(value, np.integer)) or not 0 <= value < LARGEST_INT:
-        raise ValueError(f'its meta\'s {where} is {brief(value)}, not an integer from 0 to 2**48')
-    return int(value)
-
-
 def progress_of(meta: Any) -> Progress:
     """The :class:`Progress` a checkpoint's ``meta`` records, every field checked (a file is data from
-    whoever could write the work dir): ``iter``, ``epoch`` and the position's ``epoch`` and ``samples``
-    are integers from 0 to 2**48; what is missing counts as 0, a checkpoint without a position as the
-    start of its epoch. Raises ValueError naming the field that is not so."""
+    whoever could write the work dir; io/checkpoint_schema.py): ``iter``, ``epoch`` and the position's
+    ``epoch`` and ``samples`` are integers from 0 to 2**48; what is missing counts as 0, a checkpoint
+    without a position as the start of its epoch. Raises SchemaError (a ValueError) naming the field
+    that is not so."""
     if not isinstance(meta, dict):
         raise ValueError(f'its meta is {brief(meta)}, not a dict')
-    iteration = _count(meta, 'iter', 'iter')
-    position = meta.get(META_KEY)
+    iteration = count(meta, 'iter', "its meta's iter")
+    position = recorded_position(meta)
     if position is None:
-        return Progress(_count(meta, 'epoch', 'epoch'), 0, iteration)
-    if not isinstance(position, dict) or set(position) != {'epoch', 'samples'}:
-        raise ValueError(f'its meta\'s {META_KEY} is {brief(position)}, not a dict of epoch and samples')
-    return Progress(_count(position, 'epoch', f'{META_KEY} epoch'), _count(position, 'samples',
-                                                                        f'{META_KEY} samples'), iteration)
+        return Progress(count(meta, 'epoch', "its meta's epoch"), 0, iteration)
+    return Progress(position.epoch, position.samples, iteration)
 
 
 def batch_size(dataloader) -> int:

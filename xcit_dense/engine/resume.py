@@ -3,9 +3,11 @@
 A run continues from a checkpoint when ``--resume`` asks for it (without a path: the newest checkpoint
 of the work dir that loads, by the progress its meta records; rank 0 chooses for all ranks), or by
 itself when its process group was started again after a failure (torchrun ``--max-restarts``, a
-requeued Slurm job: engine/restart.py). The chosen file is read whole once (the others' meta alone),
-by ``io.weights.read_checkpoint``, whose contents hold no config text (MMEngine's ``Runner.resume``
-runs a ``meta['config']`` as Python, and copies the message hub's runtime info into the run's):
+requeued Slurm job: engine/restart.py). Each candidate is judged whole before anything is restored
+(io/checkpoint_schema.py: every value typed; the scan reads no tensor's data), and a candidate that
+fails is skipped for the next. The chosen file is read whole once, by ``io.weights.read_checkpoint``,
+whose contents hold no config text (MMEngine's ``Runner.resume`` runs a ``meta['config']`` as Python,
+and copies the message hub's runtime info into the run's):
 the seed, the check against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the
 hooks that keep state in checkpoints (their ``after_load_checkpoint``) all use that one read. ``last_checkpoint``, the
 pointer MMEngine's own ``resume=True`` follows, is written here too.
@@ -22,13 +24,14 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..io.checked_unpickler import MAX_REASON
-from ..io.checkpoint import AtomicLocalBackend, CheckpointError, read_meta
+from ..io.checkpoint import AtomicLocalBackend, CheckpointError, read_without_data
+from ..io.checkpoint_schema import check_resumable, seed_of
 from ..io.weights import check_matches_model, read_checkpoint
 from . import collectives
-from .data_position import progress_of
+from .data_position import Progress, progress_of
 from .restart import Restart, restart
 
-__all__ = ['Resume', 'read_resumable_checkpoint', 'seed_from_checkpoint', 'write_pointer']
+__all__ = ['Resume', 'judge_candidate', 'read_resumable_checkpoint', 'seed_from_checkpoint', 'write_pointer']
 
 
 def write_pointer(work_dir: str, checkpoint: str) -> None:
@@ -39,14 +42,22 @@ def write_pointer(work_dir: str, checkpoint: str) -> None:
 CHECKPOINT_NAME = re.compile(r'(?:iter|epoch)_\d+\.pth$')  # the training checkpoints (not best_*)
 
 
+def judge_candidate(path: str) -> Progress:
+    """How far the run of the checkpoint ``path`` got (``data_position.progress_of``), once the whole
+    checkpoint is judged fit to resume from (``checkpoint_schema.check_resumable``: meta, state dict,
+    message hub, optimizer, schedulers), read without its tensors' data (``read_without_data``: never
+    memory-mapped). Raises CheckpointError (SchemaError included) naming the file."""
+    return progress_of(check_resumable(read_without_data(path), path)['meta'])
+
+
 def _newest_first(work_dir: str) -> Tuple[List[str], List[str]]:
     """The training checkpoints of a work dir (absolute paths), the furthest run first, and what
     kept others out.
 
-    How far a checkpoint's run got is read from its ``meta`` alone (``data_position.progress_of``),
-    never from the number in its name: ``epoch_N`` and ``iter_N`` count different things, and a
+    How far a checkpoint's run got is read from its ``meta`` (:func:`judge_candidate`), never from the
+    number in its name: ``epoch_N`` and ``iter_N`` count different things, and a
     preemption's ``iter_N`` may be older than an epoch's checkpoint written after it. A file that
-    fails in any way (refused, damaged, a meta that is not what a run writes) is reported, naming it
+    fails in any way (refused, damaged, a value not of the type a resume needs) is reported, naming it
     and the reason, and skipped; the modification time breaks ties."""
     folder = os.path.abspath(work_dir)
     ranked, problems = [], []
@@ -54,7 +65,7 @@ def _newest_first(work_dir: str) -> Tuple[List[str], List[str]]:
         if not CHECKPOINT_NAME.search(os.path.basename(path)):
             continue
         try:
-            ranked.append((progress_of(read_meta(path)), os.path.getmtime(path), path))
+            ranked.append((judge_candidate(path), os.path.getmtime(path), path))
         except Exception as exc:  # noqa: BLE001  (any failure of one candidate: the next one is tried)
             problems.append(_skipped(path, exc))
     ranked.sort(reverse=True)
@@ -76,7 +87,7 @@ def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
     paths, problems = _newest_first(work_dir)
     for path in paths:
         try:
-            checkpoint = read_checkpoint(path)
+            checkpoint = check_resumable(read_checkpoint(path), path)  # (the file may have changed since)
         except Exception as exc:  # noqa: BLE001  (any failure of one candidate: the next one is tried)
             problems.append(_skipped(path, exc))
             continue
@@ -108,7 +119,7 @@ def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
         raise CheckpointError(error)
     if path is None:
         return None
-    return found or (path, read_checkpoint(path))
+    return found or (path, check_resumable(read_checkpoint(path), path))
 
 
 def seed_from_checkpoint(cfg: Config, checkpoint: dict) -> None:
@@ -121,7 +132,7 @@ def seed_from_checkpoint(cfg: Config, checkpoint: dict) -> None:
     randomness = dict(cfg.get('randomness') or {})
     if randomness.get('seed') is not None:
         return
-    seed = checkpoint.get('meta', {}).get('seed')
+    seed = seed_of(checkpoint['meta'])  # checked with the rest before the choice (check_resumable)
     if seed is not None:
         cfg.randomness = dict(randomness, seed=seed)
 
@@ -148,7 +159,7 @@ class Resume:
         if restarted.count or asked == 'auto':
             found = read_resumable_checkpoint(work_dir)
         if found is None and asked not in (None, 'auto'):
-            found = asked, read_checkpoint(asked)
+            found = asked, check_resumable(read_checkpoint(asked), asked)
         if found:
             resume.path, resume.checkpoint = found
         return resume

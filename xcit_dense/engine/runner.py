@@ -22,6 +22,9 @@ from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop, R
 
 from xcit_launch.known_warnings import KnownLogMessages, without_known_prints
 
+from ..allocation_failures import is_out_of_memory
+from ..io.checked_unpickler import MAX_REASON
+from ..io.checkpoint import CheckpointError
 from ..io.checkpoint_schemes import handed_over
 from ..io.output_files import check_log_folder, refuse_link, writing
 from .compile import compile_forward, take_compile_option
@@ -75,7 +78,8 @@ class RuntimeLines(logging.Filter):
 @RUNNERS.register_module()
 class ToolkitRunner(Runner):
     """A Runner whose training loops are the toolkit's, whose log states the backend and devices in
-    use and skips known deprecation notices, that resumes from a checkpoint already read, and that
+    use and skips known deprecation notices, that resumes from a checkpoint already read (a failure of
+    the restore: CheckpointError naming the file), and that
     writes its log and config dump through no link (UnsafeOutputError instead)."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -147,6 +151,19 @@ class ToolkitRunner(Runner):
         are copied into the parameters and torch's optimizer casts its state to each parameter's
         device (the RNG states are NumPy arrays, which no map location moves)."""
         self._handed = (filename, checkpoint)
+
+    def resume(self, filename: str, *args, **kwargs) -> None:
+        """MMEngine's ``resume``, where an error while it restores the checkpoint (which engine/resume.py
+        judged whole before: io/checkpoint_schema.py) ends as one CheckpointError naming the file, which
+        tools/train.py prints in one line; an allocation failure is left to the out-of-memory advice."""
+        try:
+            super().resume(filename, *args, **kwargs)
+        except Exception as exc:
+            if is_out_of_memory(exc) or isinstance(exc, CheckpointError) and filename in str(exc):
+                raise
+            text = str(exc).strip()
+            reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__
+            raise CheckpointError(f'cannot resume from {filename}: {reason}') from exc
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: Sequence[Tuple[str, str]] = ((r'^module.', ''),)):

@@ -6,6 +6,8 @@ following links.
 - ``torch_archive.py``: a checkpoint's zip layout, parsed strictly as torch's reader finds it;
 - ``checkpoint.py``: ``CheckpointError``, the weights-only read of a file or URL, atomic writes (the
   ``atomic_local`` file backend);
+- ``checkpoint_schema.py``: the types, ranges and shapes of the values read from a checkpoint, and a
+  resume candidate judged whole;
 - ``checkpoint_schemes.py``: every MMEngine checkpoint scheme (``torchvision://``, ``s3://``, ...)
   routed to the checked reader or refused;
 - ``download.py``: checked downloads into a cache keyed by the whole URL;

@@ -768,10 +768,9 @@ def _check_not_tar(f: IO[bytes]) -> None:
                       'current torch, where you trust it')
 
 
-def load_checked(path: str, map_location: Any = 'cpu', mmap: bool = False) -> Any:
+def load_checked(path: str, map_location: Any = 'cpu') -> Any:
     """The object in the checkpoint file ``path``, every object checked as it is built (see the
-    module's docstring); raises :class:`Refused` for a file that could run code or exhaust memory.
-    ``mmap``: the tensors' data is mapped from the file, read only when used (zip archives only)."""
+    module's docstring); raises :class:`Refused` for a file that could run code or exhaust memory."""
     if os.environ.get('TORCH_FORCE_WEIGHTS_ONLY_LOAD', '0').lower() in ('1', 'y', 'yes', 'true'):
         _note_forced_weights_only()
     with open(path, 'rb') as f:
@@ -780,13 +779,9 @@ def load_checked(path: str, map_location: Any = 'cpu', mmap: bool = False) -> An
         if torch.serialization._is_zipfile(f):  # the first bytes, as torch decides
             records = check_archive(f, size)
             f.seek(0)
-            whole = torch.UntypedStorage.from_file(os.fspath(path), False, size) if mmap else None
             with torch.serialization._open_zipfile_reader(f) as archive:
                 check_torch_view(archive, records)
-                return torch.serialization._load(archive, map_location, pickle_module, overall_storage=whole,
-                                                 encoding='utf-8')
-        if mmap:
-            raise DamagedCheckpoint('not a zip archive, so it cannot be memory-mapped')
+                return torch.serialization._load(archive, map_location, pickle_module, encoding='utf-8')
         _check_not_tar(f)
         return torch.serialization._legacy_load(f, map_location, pickle_module, encoding='utf-8')
 

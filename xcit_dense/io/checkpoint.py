@@ -1,13 +1,14 @@
 """Checkpoint files: reading them safely, writing them atomically.
 
-Every read of a checkpoint goes through :func:`load_weights_only`: the file is read by
-checked_unpickler.py, which builds nothing but tensors, containers and numeric values and checks each
-as it is built, so a checkpoint can never run code nor claim more memory than its size allows; URLs
-are downloaded by download.py. Writes go through output_files.py (a
-temporary file, created exclusively and renamed into place), so a kill while saving never leaves a
+Every read of a checkpoint goes through :func:`load_weights_only` (or :func:`read_without_data`, which
+leaves the tensors' data unread): the file is read by checked_unpickler.py, which builds nothing but
+tensors, containers and numeric values and checks each as it is built, so a checkpoint can never run
+code nor claim more memory than its size allows; URLs are downloaded by download.py. Writes go through
+output_files.py (a temporary file, created exclusively and renamed into place), so a kill while saving never leaves a
 truncated checkpoint under a checkpoint's name and a link planted in a shared work dir is never
-followed. What the contents mean to a model (the released models' layout, fit checks) and MMEngine's
-checkpoint schemes are in ``weights.py`` and ``checkpoint_schemes.py`` beside it.
+followed. What the contents mean to a model (the released models' layout, fit checks), the types of
+the values in them and MMEngine's checkpoint schemes are in ``weights.py``, ``checkpoint_schema.py``
+and ``checkpoint_schemes.py`` beside it.
 """
 import io
 import os
@@ -16,11 +17,18 @@ from typing import Any, Optional, Union
 import torch
 from mmengine.fileio import LocalBackend, register_backend
 
-from .checked_unpickler import MAX_REASON, describe as describe_refusal, load_checked
+from .checked_unpickler import (
+    MAX_REASON,
+    Budget,
+    _PickleModule,
+    check_archive,
+    describe as describe_refusal,
+    load_checked,
+)
 from .download import DownloadError, download, file_digest
 from .output_files import write_bytes
 
-__all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
+__all__ = ['CheckpointError', 'read_checkpoint_file', 'read_without_data', 'local_checkpoint', 'load_weights_only',
            'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
 
 
@@ -28,19 +36,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the model."""
 
 
-def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu',
-                      mmap: bool = False) -> Any:
+def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu') -> Any:
     """The object in the checkpoint file ``path``, read by :func:`checked_unpickler.load_checked`
-    (nothing but weights and plain values); errors name the file. ``mmap``: the tensors' data is
-    mapped from the file, read only when used (zip archives only)."""
+    (nothing but weights and plain values); errors name the file."""
     try:
-        return load_checked(path, map_location, mmap)
+        return load_checked(path, map_location)
     except Exception as exc:
-        reason = describe_refusal(exc)
-        if reason is None:
-            text = str(exc).strip()
-            reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__
-        raise CheckpointError(f'cannot read checkpoint {path}: {reason}') from exc
+        raise CheckpointError(f'cannot read checkpoint {path}: {_reason(exc)}') from exc
 
 
 def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
@@ -71,17 +73,62 @@ def read_checkpoint_file(path: str, map_location: Union[str, torch.device] = 'cp
     return ckpt
 
 
-def read_meta(path: str) -> dict:
-    """The ``meta`` of a local checkpoint file ({} if it has none), without reading its tensors'
-    data (they are memory-mapped, not read: a detector's checkpoint is half a gigabyte). Raises
-    CheckpointError for a file that cannot be read, as :func:`read_checkpoint_file` does."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'checkpoint file not found: {path}')
+def read_without_data(path: str) -> Any:
+    """The object in a local checkpoint file with its tensors on the ``meta`` device: of a zip archive
+    (what ``torch.save`` writes) only ``data.pkl`` is read, through the checked unpickler, each storage
+    a placeholder of its size, so that keys, shapes and plain values can be judged without reading or
+    memory-mapping the tensors' data (a file truncated while mapped would end the process with
+    SIGBUS). A legacy file, whose data lies between its pickles, is read whole. Errors as
+    :func:`load_weights_only`'s."""
     with open(path, 'rb') as f:
         is_zip = torch.serialization._is_zipfile(f)  # as torch.load decides, by the first bytes
-    ckpt = load_weights_only(path, mmap=is_zip)
-    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
-    return meta if isinstance(meta, dict) else {}
+    if not is_zip:
+        return load_weights_only(path)
+    try:
+        return _unpickle_without_data(path)
+    except Exception as exc:
+        raise CheckpointError(f'cannot read checkpoint {path}: {_reason(exc)}') from exc
+
+
+def _unpickle_without_data(path: str) -> Any:
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        check_archive(f, size)
+        f.seek(0)
+        with torch.serialization._open_zipfile_reader(f) as archive:
+            pickled = archive.get_record('data.pkl')
+    placeholders = {}
+
+    def placeholder(pid: tuple) -> torch.storage.TypedStorage:
+        storage_type, key, _, numel = pid[1:5]  # checked by the unpickler before this is called
+        dtype = torch.uint8 if storage_type is torch.UntypedStorage else storage_type.dtype
+        if key not in placeholders:
+            empty = torch.empty(numel * torch._utils._element_size(dtype), dtype=torch.uint8, device='meta')
+            placeholders[key] = torch.storage.TypedStorage(wrap_storage=empty.untyped_storage(), dtype=dtype,
+                                                           _internal=True)
+        return placeholders[key]
+
+    class Unpickler(_PickleModule(Budget(size)).Unpickler):
+        def find_class(self, module: str, name: str) -> Any:  # storage names as torch's reader maps them
+            if type(name) is str and 'Storage' in name:
+                try:
+                    return torch.serialization.StorageType(name)
+                except KeyError:
+                    pass
+            return super().find_class('torch._tensor' if module == 'torch.tensor' else module, name)
+
+    unpickler = Unpickler(io.BytesIO(pickled), encoding='utf-8')
+    unpickler.persistent_load = placeholder
+    return unpickler.load()
+
+
+def _reason(exc: BaseException) -> str:
+    """The reason a message gives for ``exc``: a refusal's, or its first line, bounded."""
+    reason = describe_refusal(exc)
+    if reason is None:
+        text = str(exc).strip()
+        reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__
+    return reason
 
 
 class AtomicLocalBackend(LocalBackend):

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .checkpoint import CheckpointError, read_checkpoint_file
+from .checkpoint_schema import SchemaError, block_index, class_names, palette
 
 # keys of the classification model that the dense backbone has no use for
 CLASSIFICATION_ONLY = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')
@@ -62,7 +63,11 @@ def read_checkpoint(path: str, map_location: Union[str, torch.device] = 'cpu',
                     sha256: Optional[str] = None) -> dict:
     """Load a checkpoint file or URL (download.py: https, digests), weights only, in this toolkit's
     layout; errors name it."""
-    return to_toolkit_layout(read_checkpoint_file(path, map_location, sha256))
+    ckpt = read_checkpoint_file(path, map_location, sha256)
+    try:
+        return to_toolkit_layout(ckpt)
+    except SchemaError as exc:
+        raise SchemaError(f'checkpoint {path}: {exc}') from None
 
 
 @dataclass
@@ -176,8 +181,9 @@ def from_released_layout(ckpt: dict) -> Tuple[dict, List[Tuple[str, str]]]:
     """A released file's dict in this toolkit's layout, and the (old, new) keys it renamed.
 
     The state dict's keys are renamed, ``meta['CLASSES']`` / ``['PALETTE']`` become the
-    ``dataset_meta`` that mmdet's and mmseg's tools and inferencers read, and the optimizer and amp
-    entries are dropped. A file in another layout comes back unchanged.
+    ``dataset_meta`` that mmdet's and mmseg's tools and inferencers read (names and colours checked:
+    SchemaError otherwise), and the optimizer and amp entries are dropped. A file in another layout comes
+    back unchanged.
     """
     if not is_released_layout(ckpt):
         return ckpt, []
@@ -190,9 +196,9 @@ def from_released_layout(ckpt: dict) -> Tuple[dict, List[Tuple[str, str]]]:
         state[new] = value
     meta = dict(ckpt.get('meta') or {})
     if 'CLASSES' in meta and 'dataset_meta' not in meta:
-        dataset_meta = dict(classes=tuple(meta['CLASSES']))
+        dataset_meta = dict(classes=class_names(meta['CLASSES'], "its meta's CLASSES"))
         if meta.get('PALETTE') is not None:
-            dataset_meta['palette'] = [tuple(colour) for colour in meta['PALETTE']]
+            dataset_meta['palette'] = palette(meta['PALETTE'], "its meta's PALETTE")
         meta['dataset_meta'] = dataset_meta
     out = {k: v for k, v in ckpt.items() if k not in RELEASED_TRAINING_ONLY}
     out.update(state_dict=state, meta=meta)
@@ -204,10 +210,9 @@ def backbone_signature(state: Dict[str, torch.Tensor], prefix: str = 'backbone.'
     proj = f'{prefix}pos_embed.token_projection.weight'
     if proj not in state:
         return None
-    stages = {int(k[len(prefix):].split('.')[2]) for k in state
-              if k.startswith(f'{prefix}patch_embed.proj.') and k.endswith('.0.weight')}
-    depth = 1 + max((int(k[len(prefix):].split('.')[1]) for k in state
-                     if k.startswith(f'{prefix}blocks.')), default=-1)
+    embed, blocks = f'{prefix}patch_embed.proj.', f'{prefix}blocks.'  # indices checked: SchemaError
+    stages = {block_index(k, len(embed)) for k in state if k.startswith(embed) and k.endswith('.0.weight')}
+    depth = 1 + max((block_index(k, len(blocks)) for k in state if k.startswith(blocks)), default=-1)
     # a convolution every other module: 4 (stride 2 each) for patch 16, 3 for patch 8
     return f'patch {2 ** len(stages)}, {state[proj].shape[0]} dims, {depth} blocks'
 
@@ -229,7 +234,11 @@ def backbone_mismatch(state: Dict[str, torch.Tensor], backbone: Optional[nn.Modu
 
 def check_backbone_fits(model: nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
     """Refuse a checkpoint whose XCiT backbone differs from the model's, naming both."""
-    mismatch = backbone_mismatch(state, getattr(model.module if hasattr(model, 'module') else model, 'backbone', None))
+    try:
+        mismatch = backbone_mismatch(state, getattr(model.module if hasattr(model, 'module') else model,
+                                                    'backbone', None))
+    except SchemaError as exc:
+        raise SchemaError(f'{source}: {exc}') from None
     if mismatch:
         raise CheckpointError(f'{source} holds an XCiT backbone of {mismatch[0]}, but the config builds one of '
                               f'{mismatch[1]}: pass the config of that model (configs/xcit/, patch size in its name)')

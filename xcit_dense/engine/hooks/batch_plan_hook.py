@@ -5,6 +5,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import EpochBasedTrainLoop
 
+from ...io.checkpoint_schema import batch_plan_of, check_optimizer, check_schedulers
 from ..batch_plan import replan_checkpoint
 
 
@@ -25,10 +26,16 @@ class BatchPlanHook(Hook):
             checkpoint.setdefault('meta', {})['batch_plan'] = dict(self.plan)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Convert a checkpoint written under another plan to this one."""
-        old = checkpoint.get('meta', {}).get('batch_plan')
-        if not self.plan or not old or old == self.plan:
+        """Convert a checkpoint written under another plan to this one; the plan, the optimizer's groups
+        and the schedulers' values typed first (io/checkpoint_schema.py: SchemaError), as they are
+        compared and scaled."""
+        if not self.plan:
             return
+        old = batch_plan_of(checkpoint.get('meta', {}))
+        if not old or old == self.plan:
+            return
+        groups = check_optimizer(checkpoint['optimizer']) if checkpoint.get('optimizer') is not None else None
+        check_schedulers(checkpoint.get('param_schedulers') or [], groups)
         replan_checkpoint(checkpoint, old, self.plan,
                           count_iterations=not isinstance(runner.train_loop, EpochBasedTrainLoop))
         runner.logger.info(

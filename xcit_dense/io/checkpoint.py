@@ -22,6 +22,7 @@ from .checked_unpickler import (
     Budget,
     _PickleModule,
     check_archive,
+    check_torch_view,
     describe as describe_refusal,
     load_checked,
 )
@@ -93,9 +94,10 @@ def read_without_data(path: str) -> Any:
 def _unpickle_without_data(path: str) -> Any:
     with open(path, 'rb') as f:
         size = os.fstat(f.fileno()).st_size
-        check_archive(f, size)
+        records = check_archive(f, size)
         f.seek(0)
         with torch.serialization._open_zipfile_reader(f) as archive:
+            check_torch_view(archive, records)
             pickled = archive.get_record('data.pkl')
     placeholders = {}
 

@@ -16,9 +16,10 @@ from typing import Any, Optional, Union
 import torch
 from mmengine.fileio import LocalBackend, register_backend
 
-from .checked_unpickler import MAX_REASON, describe as describe_refusal, load_checked
+from .checked_unpickler import MAX_REASON, describe as describe_refusal
 from .download import DownloadError, download, file_digest
 from .output_files import write_bytes
+from .safetensors_files import load_weights_file
 
 __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_meta', 'local_checkpoint', 'load_weights_only',
            'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
@@ -30,11 +31,12 @@ class CheckpointError(RuntimeError):
 
 def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu',
                       mmap: bool = False) -> Any:
-    """The object in the checkpoint file ``path``, read by :func:`checked_unpickler.load_checked`
-    (nothing but weights and plain values); errors name the file. ``mmap``: the tensors' data is
+    """The object in the checkpoint file ``path``: a safetensors file's tensors, else read by
+    :func:`checked_unpickler.load_checked` (nothing but weights and plain values), through
+    ``safetensors_files.load_weights_file``; errors name the file. ``mmap``: the tensors' data is
     mapped from the file, read only when used (zip archives only)."""
     try:
-        return load_checked(path, map_location, mmap)
+        return load_weights_file(path, map_location, mmap)
     except Exception as exc:
         reason = describe_refusal(exc)
         if reason is None:

@@ -1,12 +1,13 @@
-"""Safetensors files wherever a checkpoint is accepted: the three layouts read by content, equal to
-the same weights from a ``.pth``; damaged files refused in one line."""
+"""Safetensors files and ``hf-hub:`` names wherever a checkpoint is accepted: the three layouts read
+by content, equal to the same weights from a ``.pth``; damaged files refused in one line; a hub
+cache laid out by hand as huggingface_hub lays it, read offline."""
 import json
 import pickle
 import struct
 
 import pytest
 import torch
-from helpers import PickleExploit, randomize_
+from helpers import HUB_COMMIT, PickleExploit, cached_hub_repo, randomize_
 from mmengine.runner.checkpoint import load_checkpoint
 from safetensors.torch import save_file
 
@@ -132,3 +133,38 @@ def test_pickle_named_safetensors_is_refused_not_unpickled(tmp_path, weights):
     with pytest.raises(CheckpointError, match=r'model\.safetensors: named \.safetensors but .*not unpickled'):
         pretrained(build, path)
     assert not marker.exists()
+
+
+def test_hub_name_reads_the_cached_safetensors_offline(offline_hub_cache, weights):
+    state, build = weights
+    cached_hub_repo(offline_hub_cache, 'timm/xcit_tiny', {
+        'model.safetensors': lambda p: save_file(timm_layout(state), p),
+        'pytorch_model.bin': lambda p: p.write_bytes(b'not read')})
+    for name in ('hf-hub:timm/xcit_tiny', f'hf-hub:timm/xcit_tiny@{HUB_COMMIT}'):
+        model = pretrained(build, name)
+        assert torch.equal(model.state_dict()['blocks.1.mlp.fc1.weight'], state['blocks.1.mlp.fc1.weight'])
+
+
+def test_hub_name_takes_the_pickle_where_the_repository_has_no_safetensors(offline_hub_cache, weights):
+    state, build = weights
+    cached_hub_repo(offline_hub_cache, 'timm/older', {'pytorch_model.bin': lambda p: torch.save(timm_layout(state), p)})
+    model = pretrained(build, 'hf-hub:timm/older')
+    assert torch.equal(model.state_dict()['pos_embed.token_projection.weight'],
+                       state['pos_embed.token_projection.weight'])
+
+
+def test_offline_miss_names_the_repository_the_cache_and_the_fetch(offline_hub_cache, weights):
+    _, build = weights
+    with pytest.raises(CheckpointError) as caught:
+        pretrained(build, 'hf-hub:timm/xcit_missing@v1')
+    message = str(caught.value)
+    assert '\n' not in message
+    assert 'timm/xcit_missing' in message and str(offline_hub_cache / 'models--timm--xcit_missing') in message
+    assert 'hf download timm/xcit_missing model.safetensors --revision v1' in message
+
+
+@pytest.mark.parametrize('name', ['hf-hub:xcit', 'hf-hub:a/b/c', 'hf-hub:timm/x@'])
+def test_malformed_hub_name_is_refused(offline_hub_cache, weights, name):
+    _, build = weights
+    with pytest.raises(CheckpointError, match='hf-hub:OWNER/NAME'):
+        pretrained(build, name)

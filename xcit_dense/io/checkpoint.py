@@ -18,6 +18,7 @@ from mmengine.fileio import LocalBackend, register_backend
 
 from .checked_unpickler import MAX_REASON, describe as describe_refusal
 from .download import DownloadError, download, file_digest
+from .hub import HubError, is_hub_name, resolve_hub_name
 from .output_files import write_bytes
 from .safetensors_files import load_weights_file
 
@@ -46,7 +47,13 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
 
 
 def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
-    """The local file of a checkpoint path or URL (downloaded by download.py, digests checked)."""
+    """The local file of a checkpoint path, URL (downloaded by download.py, digests checked) or
+    ``hf-hub:`` name (hub.py: huggingface_hub's cache)."""
+    if is_hub_name(path):
+        try:
+            return resolve_hub_name(path)
+        except HubError as exc:
+            raise CheckpointError(str(exc)) from exc
     if '://' in path:
         try:
             return download(path, sha256)

@@ -168,3 +168,13 @@ def test_malformed_hub_name_is_refused(offline_hub_cache, weights, name):
     _, build = weights
     with pytest.raises(CheckpointError, match='hf-hub:OWNER/NAME'):
         pretrained(build, name)
+
+
+def test_load_from_takes_a_hub_name_through_mmengine(offline_hub_cache, weights):
+    state, build = weights
+    cached_hub_repo(offline_hub_cache, 'someone/whole', {
+        'model.safetensors': lambda p: save_file({k: v.contiguous() for k, v in state.items()}, p)})
+    install_checked_schemes()
+    model = build()
+    load_checkpoint(model, 'hf-hub:someone/whole', strict=True)
+    assert all(torch.equal(value, state[key]) for key, value in model.state_dict().items())

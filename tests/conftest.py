@@ -141,6 +141,20 @@ def tiny_xcit():
     return build
 
 
+@pytest.fixture
+def offline_hub_cache(tmp_path, monkeypatch) -> Path:
+    """huggingface_hub's cache in the test's temp dir, offline: what ``HF_HOME=DIR HF_HUB_OFFLINE=1``
+    give when huggingface_hub is imported (it reads them into its ``constants`` then), set here for
+    this process and, through the environment, for the processes it starts. Fill it with
+    ``helpers.cached_hub_repo``."""
+    from huggingface_hub import constants
+    monkeypatch.setenv('HF_HOME', str(tmp_path / 'hf'))
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hf' / 'hub'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', True)
+    return tmp_path / 'hf' / 'hub'
+
+
 @pytest.fixture(scope='session')
 def seg_data(tmp_path_factory) -> Path:
     """Eight training and four validation images in the ADE20K layout."""

@@ -43,6 +43,7 @@ from xcit_dense.inference import (
     prediction_record,
 )
 from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.hub import is_hub_name
 from xcit_dense.io.output_files import write_bytes, writing
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
@@ -54,8 +55,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='the config the checkpoint was trained with')
-    parser.add_argument('checkpoint', help="checkpoint file (.pth) or https URL (this toolkit's or the "
-                                           "authors' released models)")
+    parser.add_argument('checkpoint', help="checkpoint file (.pth, .safetensors), https URL or "
+                                           "hf-hub:OWNER/NAME (this toolkit's or the authors' released models)")
     parser.add_argument('inputs', nargs='+', help='image files and/or folders of images')
     parser.add_argument('--out-dir', default='work_dirs/infer', help='where pictures and results.json go')
     parser.add_argument('--score-thr', type=float, default=0.3,
@@ -154,7 +155,7 @@ def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
 def main() -> None:
     args = parse_args()
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
-        if '://' not in path and not os.path.isfile(path):
+        if '://' not in path and not is_hub_name(path) and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
     MMLogger.get_current_instance().addFilter(KnownLogMessages())  # the stack's known notices
     out_dir = Path(args.out_dir)

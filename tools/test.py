@@ -24,6 +24,7 @@ from xcit_dense.errors import ToolkitError
 from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint
 from xcit_dense.io.checkpoint_schema import SchemaError, dataset_meta_of
+from xcit_dense.io.hub import is_hub_name
 from xcit_dense.io.output_files import writing
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
 from xcit_dense.tasks import task_of_config
@@ -32,8 +33,8 @@ from xcit_dense.tasks import task_of_config
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('config', help='test config file')
-    parser.add_argument('checkpoint', help="checkpoint file or https URL (this toolkit's or the authors' "
-                                           'released models)')
+    parser.add_argument('checkpoint', help="checkpoint file (.pth, .safetensors), https URL or hf-hub:OWNER/NAME "
+                                           "(this toolkit's or the authors' released models)")
     parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
     parser.add_argument('--out', help='save the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
@@ -92,11 +93,12 @@ def main() -> None:
     try:
         try:
             cfg = open_tool_config(args.config, args.cfg_options)
-            if '://' not in args.checkpoint and not os.path.isfile(args.checkpoint):
+            named = '://' in args.checkpoint or is_hub_name(args.checkpoint)  # a URL or hub name, not a path
+            if not named and not os.path.isfile(args.checkpoint):
                 sys.exit(f'error: checkpoint file not found: {args.checkpoint}')
             if args.tta:
                 use_tta(cfg)
-            args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged
+            args.checkpoint = local_checkpoint(args.checkpoint)  # a URL: downloaded once, digest logged; hf-hub: cached
             loaded = [read_checkpoint(args.checkpoint)]  # read once; evaluate takes it out (none kept here)
         except (ValueError, CheckpointError) as exc:
             defer_to_node_leader()

@@ -103,6 +103,26 @@ def tiny_seg_config(tmp_path: Path, data_root: Path, **overrides) -> Path:
     return path
 
 
+HUB_COMMIT = '0123456789abcdef0123456789abcdef01234567'  # the commit of the hub caches the tests lay out
+
+
+def cached_hub_repo(cache: Path, repo: str, files: Dict[str, Callable[[Path], object]]) -> Path:
+    """A model repository laid out in huggingface_hub's cache ``cache`` as huggingface_hub lays it:
+    ``models--OWNER--NAME/refs/main`` naming :data:`HUB_COMMIT`, whose ``snapshots/<commit>/`` holds a
+    link per file into ``blobs/``; ``files`` maps each file's name to what writes it."""
+    folder = cache / ('models--' + repo.replace('/', '--'))
+    snapshot = folder / 'snapshots' / HUB_COMMIT
+    snapshot.mkdir(parents=True)
+    (folder / 'blobs').mkdir()
+    (folder / 'refs').mkdir()
+    (folder / 'refs' / 'main').write_text(HUB_COMMIT)
+    for name, write in files.items():
+        blob = folder / 'blobs' / name.replace('.', '-')
+        write(blob)
+        (snapshot / name).symlink_to(blob)
+    return folder
+
+
 def hooked_config(tmp_path: Path, seg_data: Path, max_iters: int = 4, slow: float = 0.0,
                   interval: Optional[int] = None, hooks: Sequence[dict] = ()) -> Path:
     """The tiny config with the launcher tests' hooks: rank weight dumps, the given ones and, if slow,

@@ -24,10 +24,11 @@ from .checked_unpickler import (
     check_archive,
     check_torch_view,
     describe as describe_refusal,
-    load_checked,
 )
 from .download import DownloadError, download, file_digest
+from .hub import HubError, is_hub_name, resolve_hub_name
 from .output_files import write_bytes
+from .safetensors_files import load_weights_file
 
 __all__ = ['CheckpointError', 'read_checkpoint_file', 'read_without_data', 'local_checkpoint', 'load_weights_only',
            'AtomicLocalBackend', 'ATOMIC_WRITES', 'write_checkpoint']
@@ -38,16 +39,23 @@ class CheckpointError(RuntimeError):
 
 
 def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 'cpu') -> Any:
-    """The object in the checkpoint file ``path``, read by :func:`checked_unpickler.load_checked`
-    (nothing but weights and plain values); errors name the file."""
+    """The object in the checkpoint file ``path``: a safetensors file's tensors, else read by
+    :func:`checked_unpickler.load_checked` (nothing but weights and plain values), through
+    ``safetensors_files.load_weights_file``; errors name the file."""
     try:
-        return load_checked(path, map_location)
+        return load_weights_file(path, map_location)
     except Exception as exc:
         raise CheckpointError(f'cannot read checkpoint {path}: {_reason(exc)}') from exc
 
 
 def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
-    """The local file of a checkpoint path or URL (downloaded by download.py, digests checked)."""
+    """The local file of a checkpoint path, URL (downloaded by download.py, digests checked) or
+    ``hf-hub:`` name (hub.py: huggingface_hub's cache)."""
+    if is_hub_name(path):
+        try:
+            return resolve_hub_name(path)
+        except HubError as exc:
+            raise CheckpointError(str(exc)) from exc
     if '://' in path:
         try:
             return download(path, sha256)

@@ -11,8 +11,9 @@ toolkit's entry points install them (tools/, the inferencers it builds), and so 
 module ``xcit_dense.checked_loading`` that the toolkit's configs name in ``custom_imports`` (mmdet's
 and mmseg's own tools on those configs then read checked too):
 
-- local paths and http(s) URLs: read weights only (``checkpoint.py``), URLs downloaded by
-  ``download.py`` (https, digests, a cache keyed by the whole URL);
+- local paths, http(s) URLs and ``hf-hub:`` names: read weights only (``checkpoint.py``; safetensors
+  files by content), URLs downloaded by ``download.py`` (https, digests, a cache keyed by the whole
+  URL), hub names resolved by ``hub.py`` (huggingface_hub's cache);
 - ``torchvision://``, ``modelzoo://``, ``open-mmlab://``, ``openmmlab://``, ``mmcls://``: the name
   looked up in MMEngine's own tables; a file the user placed in ``$TORCH_HOME/hub/checkpoints`` under
   the URL's base name (the offline workflow) is read through the same checks, else the URL is
@@ -36,6 +37,7 @@ from mmengine.runner import checkpoint as mmengine_checkpoint
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from .checkpoint import CheckpointError, load_weights_only, local_checkpoint
+from .hub import PREFIX as HUB_PREFIX
 from .weights import to_toolkit_layout
 
 MODEL_ZOO_SCHEMES = ('torchvision://', 'modelzoo://', 'open-mmlab://', 'openmmlab://', 'mmcls://')
@@ -95,7 +97,8 @@ def load_from_local(filename: str, map_location: Any = None) -> Any:
 
 
 def load_from_url(filename: str, map_location: Any = None, model_dir: Optional[str] = None) -> Any:
-    """URLs: the checked download (download.py), then the weights-only read."""
+    """URLs and ``hf-hub:`` names: the checked download (download.py) or huggingface_hub's cache
+    (hub.py), then the weights-only read."""
     return to_toolkit_layout(load_weights_only(local_checkpoint(filename), map_location))
 
 
@@ -136,8 +139,8 @@ def refuse(filename: str, map_location: Any = None) -> Any:
                           f'checked); copy the file to a local path and pass that path')
 
 
-CHECKED = {'': load_from_local, ('http://', 'https://'): load_from_url, MODEL_ZOO_SCHEMES: load_from_model_zoo,
-           REMOTE_STORES: load_from_remote_store, REFUSED: refuse}
+CHECKED = {'': load_from_local, ('http://', 'https://', HUB_PREFIX): load_from_url,
+           MODEL_ZOO_SCHEMES: load_from_model_zoo, REMOTE_STORES: load_from_remote_store, REFUSED: refuse}
 
 
 def install_checked_schemes() -> None:

@@ -111,6 +111,18 @@ def pytest_unconfigure(config) -> None:
         os.environ.pop('TORCHINDUCTOR_CACHE_DIR', None)
 
 
+def pytest_sessionfinish(session) -> None:
+    """In a pytest-xdist worker: the day's speed it measured goes to the controller, which prints it."""
+    if hasattr(session.config, 'workeroutput'):
+        session.config.workeroutput['day_speed'] = dict(session.config.stash.get(DAY_SPEED, {}))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller's side of pytest_sessionfinish: a worker's figures joined to its own."""
+    node.config.stash.setdefault(DAY_SPEED, {}).update(getattr(node, 'workeroutput', {}).get('day_speed', {}))
+
+
 def pytest_terminal_summary(terminalreporter, config) -> None:
     """The day's speed (DAY_SPEED) as the session measured it, then one block naming each missing
     capability, its reason and how many tests it skipped."""

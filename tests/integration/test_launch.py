@@ -15,6 +15,7 @@ from helpers import (
     launch_env,
     pause_hook,
     read_log,
+    resumable,
     run,
     run_together,
     run_tool_in_process,
@@ -217,8 +218,8 @@ def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data):
 def test_resume_from_another_model_is_refused(tmp_path, seg_data):
     """Refused once the Runner has built the model, before any training: run in this process."""
     config = tiny_seg_config(tmp_path, seg_data)
-    torch.save({'state_dict': {'backbone.blocks.0.attn.qkv.weight': torch.zeros(3, 3)}},
-               tmp_path / 'other.pth')
+    torch.save(resumable(2, state_dict={'backbone.blocks.0.attn.qkv.weight': torch.zeros(3, 3)}),
+               tmp_path / 'other.pth')  # a training checkpoint, as another run writes one
     proc = run_tool_in_process('tools/train.py', config, '--work-dir', tmp_path / 'run', '--resume',
                                tmp_path / 'other.pth', cwd=tmp_path)
     assert proc.returncode != 0

@@ -35,17 +35,17 @@ import atexit, json, os, runpy, sys
 import torch
 import xcit_dense.engine.resume as resume
 import xcit_dense.io.checkpoint as checkpoint
-reads, load, load_checked, without_data = [], torch.load, checkpoint.load_checked, resume.read_without_data
+reads, load, whole_read, without_data = [], torch.load, checkpoint.load_weights_file, resume.read_without_data
 def counted(f, *args, **kwargs):  # a read around the toolkit's reader would come through here
     reads.append(str(f))
     return load(f, *args, **kwargs)
-def counted_checked(path, *args):  # every whole read of the toolkit's reader
+def counted_whole(path, *args):  # every whole read of the toolkit's reader
     reads.append(str(path))
-    return load_checked(path, *args)
+    return whole_read(path, *args)
 def counted_without_data(path):  # the scan of the candidates
     reads.append(str(path) + ' (meta)')
     return without_data(path)
-torch.load, checkpoint.load_checked, resume.read_without_data = counted, counted_checked, counted_without_data
+torch.load, checkpoint.load_weights_file, resume.read_without_data = counted, counted_whole, counted_without_data
 atexit.register(lambda: open(os.environ['READS'], 'w').write(json.dumps(reads)))
 sys.argv = [{str(ROOT / 'tools/train.py')!r}, *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name='__main__')

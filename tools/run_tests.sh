@@ -61,8 +61,9 @@ echo "[tests] stage: -m \"$MAIN\""
 stage "$MAIN" "${TWO_WORKERS[@]}" || status=$?
 # The cluster stage runs beside the slow stage: its Slurm daemons and namespaced nodes spend most of
 # their time waiting (scheduling, requeues, rendezvous, timeouts), so the two share the cores well.
-# Its output is printed when both have ended. Job control gives it a process group of its own, so that
-# an interrupted run interrupts it too (SIGINT: its fixtures stop their clusters).
+# Its output is printed when both have ended. Job control gives it a process group of its own, which
+# this script stops with SIGTERM if it ends first (a time limit, Ctrl-C): tests/conftest.py turns that
+# into a KeyboardInterrupt, so its fixtures still stop their clusters (SIGINT may be ignored there).
 echo "[tests] stages: -m \"slow and not long\", with -m \"cluster\" beside it (its output follows)"
 start=$SECONDS
 cluster_out="$(mktemp)"
@@ -70,7 +71,7 @@ set -m
 stage cluster >"$cluster_out" 2>&1 &
 cluster_pid=$!
 set +m
-trap 'kill -INT -- "-$cluster_pid" 2>/dev/null || true; rm -f "$cluster_out"' EXIT
+trap 'kill -TERM -- "-$cluster_pid" 2>/dev/null || true; rm -f "$cluster_out"' EXIT
 stage "slow and not long" "${TWO_WORKERS[@]}" || status=$?
 wait "$cluster_pid" || status=$?
 cat "$cluster_out"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from checkpoint_attacks import PLANTED_VALUES, key_of, planted, with_config_texts, zip_of
+from checkpoint_attacks import PLANTED_MISFITS, PLANTED_VALUES, key_of, planted, with_config_texts, zip_of
 from helpers import (
     ROOT,
     can_chattr,
@@ -179,20 +179,24 @@ def test_a_planted_newest_checkpoint_with_a_config_text_resumes_without_running_
     Newer still, issue 63's planted values (a seed of 'x' or 2**70, a message hub that is a string, an
     optimizer without groups, a weight named backbone.blocks.x.y, a tensor in the meta), each in the real
     checkpoint's meta and message hub: each was chosen and ended the run with a traceback; now each is
-    named with its key and skipped."""
+    named with its key and skipped. So are plain values that do not fit the run (PLANTED_MISFITS: a weight
+    or an optimizer state of another shape, NaN weights, a parameter group fewer, a scheduler the config
+    does not have), which were chosen and ended the run."""
     config, work_dir = tiny_seg_run
     marker = tmp_path / 'pwned'
     real = read_checkpoint_file(str(work_dir / 'iter_4.pth'))
     torch.save(with_config_texts(real, marker), work_dir / 'iter_4.pth')
-    for number, case in enumerate(PLANTED_VALUES, start=10):  # (4.5 MB each)
+    cases = {**PLANTED_VALUES, **PLANTED_MISFITS}
+    for number, case in enumerate(cases, start=10):  # (4.5 MB each)
         torch.save(planted(dict(real, meta=dict(real['meta'], iter=number)), case), work_dir / f'iter_{number}.pth')
     proc = run_tool_in_process('tools/train.py', config, '--work-dir', work_dir, '--resume', cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert not marker.exists()
     assert 'resumed epoch: 0, iter: 4' in log, log[-3000:]
-    for number, (case, (_, reason)) in enumerate(PLANTED_VALUES.items(), start=10):
-        assert any(f'iter_{number}.pth' in line and reason in line for line in log.splitlines()), (case, log[-3000:])
+    for number, (case, (_, reason)) in enumerate(cases.items(), start=10):
+        named = [line for line in log.splitlines() if f'iter_{number}.pth' in line]
+        assert any(reason in line for line in named), (case, named)
 
 
 @pytest.fixture

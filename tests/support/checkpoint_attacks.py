@@ -9,6 +9,7 @@ memory), then issue 47's (:func:`shape_attacks`) through the checked reader, eac
 ``{case: [outcome, CPU seconds]}``, and torch's allow-list before and after ``import xcit_dense`` and a
 read (``{"safe globals": [...]}``). ``python checkpoint_attacks.py FOLDER read_meta|mmengine`` tries
 issue 47's attacks (and the damaged metas) through that reading path only."""
+import copy
 import json
 import pickle
 import resource
@@ -343,9 +344,55 @@ PLANTED_VALUES = {
 }
 
 
+def _reshape_first(part: str, *keys) -> Callable[[dict], None]:
+    """Replace the first tensor of ``checkpoint[part]`` (under ``keys``) by one of another shape."""
+    def change(checkpoint: dict) -> None:
+        checkpoint[part] = copy.deepcopy(checkpoint[part])
+        parent = checkpoint[part]
+        for key in keys:
+            parent = parent[key]
+        name = next(k for k, v in parent.items() if isinstance(v, torch.Tensor) and v.dim())
+        parent[name] = torch.zeros(parent[name].numel() + 1)
+    return change
+
+
+def _scheduler(change: Callable[[list], None]) -> Callable[[dict], None]:
+    def apply(checkpoint: dict) -> None:
+        checkpoint['param_schedulers'] = copy.deepcopy(checkpoint['param_schedulers'])
+        change(checkpoint['param_schedulers'])
+    return apply
+
+
+def _group_fewer(checkpoint: dict) -> None:
+    """The optimizer without its last parameter group and that group's state (of the right types)."""
+    groups = checkpoint['optimizer']['param_groups'][:-1]
+    kept = {index for group in groups for index in group['params']}
+    state = {k: v for k, v in checkpoint['optimizer']['state'].items() if k in kept}
+    checkpoint['optimizer'] = dict(checkpoint['optimizer'], param_groups=groups, state=state)
+
+
+def _nan_weights(checkpoint: dict) -> None:
+    checkpoint['state_dict'] = {k: torch.full_like(v, float('nan')) if v.is_floating_point() else v
+                                for k, v in checkpoint['state_dict'].items()}
+
+
+# files of plain, well-typed values that do not fit the model, optimizer or schedulers the run's config
+# builds: each was chosen by a bare --resume and ended the run (one line, or a traceback at the first
+# optimizer or scheduler step); each is skipped now (engine/resume_fit.py), with what names it
+PLANTED_MISFITS = {
+    'a weight of another shape': (_reshape_first('state_dict'), 'was saved from a different model'),
+    'NaN weights': (_nan_weights, 'holds NaN or infinite weights'),
+    'an optimizer state of another shape': (_reshape_first('optimizer', 'state', 0), 'its optimizer state 0 '),
+    'an optimizer group fewer': (_group_fewer, 'parameter groups, the config builds'),
+    'a scheduler more, with an optimizer': (_scheduler(lambda s: s.append(dict(optimizer='x', last_step=1))),
+                                            'holds 1 parameter schedulers, the config builds 0'),
+}
+
+
 def planted(checkpoint: dict, case: str) -> dict:
-    """``checkpoint`` (a copy of its top-level dicts) changed as ``PLANTED_VALUES[case]`` says."""
-    return _with(checkpoint, PLANTED_VALUES[case][0])
+    """``checkpoint`` (a copy of its top-level dicts) changed as ``PLANTED_VALUES[case]`` or
+    ``PLANTED_MISFITS[case]`` says."""
+    return _with(checkpoint, {**PLANTED_VALUES, **PLANTED_MISFITS}[case][0])
 
 
 def released(classes, palette=None) -> dict:

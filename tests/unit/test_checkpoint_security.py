@@ -485,3 +485,30 @@ def test_the_scan_of_candidates_reads_no_tensor_data(tmp_path, monkeypatch):
     assert scanned['state_dict']['w'].shape == (3, 2) and scanned['state_dict']['w'].device.type == 'meta'
     assert resume.judge_candidate(str(tmp_path / 'iter_2.pth')).iter == 2
     assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_1.pth')
+
+
+def test_a_scheduler_or_optimizer_state_that_does_not_fit_the_built_ones_is_refused():
+    """Issue 63: MMEngine's resume copies a scheduler state's keys onto the scheduler (an ``optimizer`` key
+    replaced its optimizer: an AttributeError at the first step) and torch's optimizer checks group sizes
+    only (a moment of another shape failed at the first step); both are judged against the ones the
+    config builds, naming the key."""
+    from mmengine.optim import LinearLR, OptimWrapper
+
+    from xcit_dense.engine.resume_fit import check_optimizer_fits, check_schedulers_fit
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    check_optimizer_fits(saved, optimizer)
+    saved['state'][1]['exp_avg'] = torch.zeros(3)
+    with pytest.raises(CheckpointError, match=re.escape("its optimizer state 1 'exp_avg' is of shape (3,), its "
+                                                        'parameter of (2,)')):
+        check_optimizer_fits(saved, optimizer)
+    scheduler = LinearLR(OptimWrapper(optimizer), end=4)
+    check_schedulers_fit([scheduler.state_dict()], [scheduler])
+    for change, reason in ((dict(optimizer='x'), "differs from the config's LinearLR in 'optimizer'"),
+                           (dict(by_epoch=1.5), "'by_epoch' is 1.5, where the config's LinearLR has True")):
+        state = dict(scheduler.state_dict(), **change)
+        with pytest.raises(CheckpointError, match=re.escape(reason)):
+            check_schedulers_fit([state], [scheduler])

@@ -4,8 +4,9 @@ A run continues from a checkpoint when ``--resume`` asks for it (without a path:
 of the work dir that loads, by the progress its meta records; rank 0 chooses for all ranks), or by
 itself when its process group was started again after a failure (torchrun ``--max-restarts``, a
 requeued Slurm job: engine/restart.py). Each candidate is judged whole before anything is restored
-(io/checkpoint_schema.py: every value typed; the scan reads no tensor's data), and a candidate that
-fails is skipped for the next. The chosen file is read whole once, by ``io.weights.read_checkpoint``,
+(io/checkpoint_schema.py: every value typed, the scan reading no tensor's data; then engine/resume_fit.py:
+its weights, optimizer state and schedulers against those the config builds), and a candidate that fails
+is skipped for the next. The chosen file is read whole once, by ``io.weights.read_checkpoint``,
 whose contents hold no config text (MMEngine's ``Runner.resume`` runs a ``meta['config']`` as Python,
 and copies the message hub's runtime info into the run's):
 the seed, the check against the model, the Runner's resume (``ToolkitRunner.hand_checkpoint``) and the
@@ -17,7 +18,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch.distributed as dist
 from mmengine.config import Config
@@ -26,12 +27,14 @@ from mmengine.logging import print_log
 from ..io.checked_unpickler import MAX_REASON
 from ..io.checkpoint import AtomicLocalBackend, CheckpointError, read_without_data
 from ..io.checkpoint_schema import check_resumable, seed_of
-from ..io.weights import check_matches_model, read_checkpoint
+from ..io.weights import read_checkpoint
 from . import collectives
 from .data_position import Progress, progress_of
 from .restart import Restart, restart
+from .resume_fit import ResumeFit
 
-__all__ = ['Resume', 'judge_candidate', 'read_resumable_checkpoint', 'seed_from_checkpoint', 'write_pointer']
+__all__ = ['Resume', 'judge_candidate', 'read_named_checkpoint', 'read_resumable_checkpoint', 'seed_from_checkpoint',
+           'write_pointer']
 
 
 def write_pointer(work_dir: str, checkpoint: str) -> None:
@@ -81,13 +84,25 @@ def _skipped(path: str, exc: Exception) -> str:
     return problem
 
 
-def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
-    """The newest checkpoint of ``work_dir`` that reads whole, and its contents; None when there is
-    none at all. Raises CheckpointError when checkpoints exist but none can be read."""
+def read_fitting(path: str, fit: Optional[ResumeFit]) -> dict:
+    """The checkpoint ``path`` read whole, its values typed (``check_resumable``: the file may have changed
+    since the scan) and, given ``fit``, judged against the run's model, optimizer and schedulers. Raises
+    CheckpointError (SchemaError included) naming the file."""
+    checkpoint = check_resumable(read_checkpoint(path), path)
+    if fit is not None:
+        fit.check(path, checkpoint)
+    return checkpoint
+
+
+def _read_newest(work_dir: str, fit: Optional[ResumeFit]) -> Optional[Tuple[str, dict]]:
+    """The newest checkpoint of ``work_dir`` that reads whole (and fits, given ``fit``), and its contents;
+    None when there is none at all. Raises CheckpointError when checkpoints exist but none can be used."""
     paths, problems = _newest_first(work_dir)
+    if paths and fit is not None:
+        fit.build()  # (outside the candidates' trial: a config that builds nothing is not theirs to skip)
     for path in paths:
         try:
-            checkpoint = check_resumable(read_checkpoint(path), path)  # (the file may have changed since)
+            checkpoint = read_fitting(path, fit)
         except Exception as exc:  # noqa: BLE001  (any failure of one candidate: the next one is tried)
             problems.append(_skipped(path, exc))
             continue
@@ -100,23 +115,41 @@ def _read_newest(work_dir: str) -> Optional[Tuple[str, dict]]:
     return None
 
 
-def read_resumable_checkpoint(work_dir: str) -> Optional[Tuple[str, dict]]:
-    """The newest checkpoint of ``work_dir`` that loads, and its contents; None when there is none at all.
+def read_resumable_checkpoint(work_dir: str, fit: Optional[ResumeFit] = None) -> Optional[Tuple[str, dict]]:
+    """The newest checkpoint of ``work_dir`` that loads (and, given ``fit``, fits the run), and its
+    contents; None when there is none at all.
 
     Rank 0 chooses, and every rank resumes from its choice (a collective: on a shared file system
-    with client caching, ranks could see different files). Unreadable checkpoints are reported and
-    skipped; if checkpoints exist but none loads, this raises (on every rank) rather than letting
+    with client caching, ranks could see different files). Checkpoints that cannot be used are reported
+    and skipped; if checkpoints exist but none can, this raises (on every rank) rather than letting
     the run start from scratch.
     """
-    found, error = None, None
+    return _chosen_by_first(lambda: _read_newest(work_dir, fit))
+
+
+def read_named_checkpoint(path: str, fit: Optional[ResumeFit] = None) -> Tuple[str, dict]:
+    """The checkpoint ``--resume PATH`` names, read and judged as :func:`read_resumable_checkpoint` judges a
+    candidate (on rank 0, the verdict broadcast), and its contents. Raises CheckpointError or
+    FileNotFoundError on every rank."""
+    return _chosen_by_first(lambda: (path, read_fitting(path, fit)))
+
+
+def _chosen_by_first(choose: Callable[[], Optional[Tuple[str, dict]]]) -> Optional[Tuple[str, dict]]:
+    """``choose()`` run on rank 0 only (it builds and reads on the CPU), its path or error given to every
+    rank (rank 0 raises its own; the others a CheckpointError or FileNotFoundError of its text, never left
+    waiting); the other ranks read the chosen file's contents themselves (typed again)."""
+    found, failure = None, None
     if not dist.is_initialized() or dist.get_rank() == 0:
         try:
-            found = _read_newest(work_dir)
-        except CheckpointError as exc:
-            error = str(exc)
+            found = choose()
+        except Exception as exc:
+            failure = exc
+    error = (type(failure).__name__, str(failure)) if failure is not None else None
     path, error = collectives.broadcast_from_first((found[0] if found else None, error))
+    if failure is not None:
+        raise failure
     if error:
-        raise CheckpointError(error)
+        raise (FileNotFoundError if error[0] == 'FileNotFoundError' else CheckpointError)(error[1])
     if path is None:
         return None
     return found or (path, check_resumable(read_checkpoint(path), path))
@@ -147,19 +180,19 @@ class Resume:
     checkpoint: Optional[dict] = None  # held until the Runner has it
 
     @classmethod
-    def choose(cls, work_dir: str, asked: Optional[str]) -> 'Resume':
+    def choose(cls, work_dir: str, asked: Optional[str], fit: Optional[ResumeFit] = None) -> 'Resume':
         """Decide what to resume from, and read it. A restarted group continues from the newest
-        checkpoint of the work dir, or else from the one ``--resume`` names; ``--resume`` alone
-        takes the newest (none yet: the beginning). Raises CheckpointError or FileNotFoundError."""
+        checkpoint of the work dir (that fits the run, given ``fit``), or else from the one ``--resume``
+        names; ``--resume`` alone takes the newest (none yet: the beginning). Raises CheckpointError."""
         restarted = restart()
         if restarted.count:  # as if --resume were given: the newest checkpoint first
             asked = asked or 'auto'
         resume = cls(asked, restarted)
         found = None
         if restarted.count or asked == 'auto':
-            found = read_resumable_checkpoint(work_dir)
+            found = read_resumable_checkpoint(work_dir, fit)
         if found is None and asked not in (None, 'auto'):
-            found = asked, check_resumable(read_checkpoint(asked), asked)
+            found = read_named_checkpoint(asked, fit)
         if found:
             resume.path, resume.checkpoint = found
         return resume
@@ -171,11 +204,10 @@ class Resume:
             seed_from_checkpoint(cfg, self.checkpoint)
 
     def hand_to(self, runner) -> None:
-        """Refuse a checkpoint of another model, then give the read one to the Runner for its resume
-        (a Runner other than ToolkitRunner reads the file again)."""
+        """Give the read checkpoint (judged to fit when chosen) to the Runner for its resume (a Runner other
+        than ToolkitRunner reads the file again)."""
         if not self.path:
             return
-        check_matches_model(runner.model, self.path, self.checkpoint)
         if hasattr(runner, 'hand_checkpoint'):
             runner.hand_checkpoint(self.path, self.checkpoint)
         self.checkpoint = None  # the Runner's now: dropped once it has loaded it

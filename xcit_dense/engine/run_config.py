@@ -30,6 +30,7 @@ from .dist import gpus_present
 from .hooks import ema_hook, toolkit_hooks
 from .optim_wrappers import GUARDED
 from .resume import Resume
+from .resume_fit import ResumeFit
 
 
 def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
@@ -253,7 +254,7 @@ def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) ->
     Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
     checkpoint that cannot be resumed from."""
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
-    resume = Resume.choose(cfg.work_dir, args.resume)
+    resume = Resume.choose(cfg.work_dir, args.resume, ResumeFit(cfg))
     fitted, fit_lines = fit_batch_to_memory(cfg, args, world_size, resume.checkpoint)
     accumulation, keep_total_batch = (fitted[1], False) if fitted else (args.accumulation, args.keep_total_batch)
     plan = resolve_batch_plan(cfg, world_size, accumulation, keep_total_batch, args.scale_lr)

@@ -371,6 +371,14 @@ def _group_fewer(checkpoint: dict) -> None:
     checkpoint['optimizer'] = dict(checkpoint['optimizer'], param_groups=groups, state=state)
 
 
+def _ema_of_another_shape(checkpoint: dict) -> None:
+    """An EMA run's trained weights (``module.``-prefixed, beside ``steps``), the first of another shape."""
+    ema = {'steps': torch.tensor(4), **{f'module.{k}': v for k, v in checkpoint['state_dict'].items()}}
+    first = next(k for k, v in ema.items() if k.startswith('module.') and v.dim())
+    ema[first] = torch.zeros(ema[first].numel() + 1)
+    checkpoint['ema_state_dict'] = ema
+
+
 def _nan_weights(checkpoint: dict) -> None:
     checkpoint['state_dict'] = {k: torch.full_like(v, float('nan')) if v.is_floating_point() else v
                                 for k, v in checkpoint['state_dict'].items()}
@@ -382,6 +390,7 @@ def _nan_weights(checkpoint: dict) -> None:
 PLANTED_MISFITS = {
     'a weight of another shape': (_reshape_first('state_dict'), 'was saved from a different model'),
     'NaN weights': (_nan_weights, 'holds NaN or infinite weights'),
+    'an EMA run\'s trained weights of another shape': (_ema_of_another_shape, '(its ema_state_dict) was saved from'),
     'an optimizer state of another shape': (_reshape_first('optimizer', 'state', 0), 'its optimizer state 0 '),
     'an optimizer group fewer': (_group_fewer, 'parameter groups, the config builds'),
     'a scheduler more, with an optimizer': (_scheduler(lambda s: s.append(dict(optimizer='x', last_step=1))),

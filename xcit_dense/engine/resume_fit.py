@@ -29,6 +29,7 @@ from .compile import take_compile_option
 
 __all__ = ['ResumeFit', 'check_optimizer_fits', 'check_schedulers_fit']
 
+EMA_PREFIX = 'module.'  # the keys of the averaged model in an ``ema_state_dict`` (beside its ``steps``)
 # the optimizer wrapper settings that decide its parameter groups (the rest: how it steps)
 GROUPING_KEYS = ('optimizer', 'paramwise_cfg', 'constructor')
 
@@ -134,11 +135,16 @@ class ResumeFit:
 
     def check(self, path: str, checkpoint: Dict[str, Any]) -> None:
         """Refuse the read checkpoint ``path`` (its values typed by ``check_resumable``) unless its weights
-        fit the config's model (``check_matches_model``: keys, shapes, finite values), its optimizer state
+        (and an EMA run's trained ones) fit the config's model (``check_matches_model``: keys, shapes, finite
+        values), its optimizer state
         the config's optimizer and its schedulers' states the config's schedulers. Raises
         CheckpointError naming the file."""
         model, wrapper, schedulers = self.build()
         check_matches_model(model, path, checkpoint)
+        ema = checkpoint.get('ema_state_dict')
+        if ema is not None:  # the trained weights of an EMA run (hooks/model_ema.py), ``module.``-prefixed
+            trained = {k[len(EMA_PREFIX):]: v for k, v in ema.items() if k.startswith(EMA_PREFIX)}
+            check_matches_model(model, f'{path} (its ema_state_dict)', dict(state_dict=trained))
         try:
             if checkpoint.get('optimizer') is not None:
                 check_optimizer_fits(checkpoint['optimizer'], wrapper.optimizer)

@@ -294,14 +294,14 @@ def block_index(key: str, start: int) -> int:
     return int(part)
 
 
-def check_state_dict(state: Any, prefix: str = 'backbone.') -> Dict[str, torch.Tensor]:
-    """A state dict: string keys of at most 1,000 characters, each a tensor, the indices of the XCiT
-    backbone's blocks and patch embedding (under ``prefix``) numbers."""
-    state = _dict(state, 'its state_dict')
+def check_state_dict(state: Any, prefix: str = 'backbone.', where: str = 'its state_dict') -> Dict[str, torch.Tensor]:
+    """A state dict (``where`` names it): string keys of at most 1,000 characters, each a tensor, the
+    indices of the XCiT backbone's blocks and patch embedding (under ``prefix``) numbers."""
+    state = _dict(state, where)
     for key, value in state.items():
-        _name(key, 'a key of its state_dict')
+        _name(key, f'a key of {where}')
         if not isinstance(value, torch.Tensor):
-            raise _refuse(f'its state_dict {brief(key)}', value, 'a tensor')
+            raise _refuse(f'{where} {brief(key)}', value, 'a tensor')
         for part in INDEXED:
             if key.startswith(prefix + part):
                 block_index(key, len(prefix + part))
@@ -316,6 +316,8 @@ def check_resumable(checkpoint: Any, source: str) -> dict:
         checkpoint = _dict(checkpoint, 'its content')
         check_meta(checkpoint.get('meta'))
         check_state_dict(checkpoint.get('state_dict'))
+        if checkpoint.get('ema_state_dict') is not None:  # (an EMA run's trained weights: module.-prefixed)
+            check_state_dict(checkpoint['ema_state_dict'], 'module.backbone.', 'its ema_state_dict')
         check_message_hub(checkpoint.get('message_hub'))
         groups = check_optimizer(checkpoint['optimizer']) if checkpoint.get('optimizer') is not None else None
         if checkpoint.get('param_schedulers') is not None:

@@ -169,13 +169,19 @@ CUDA_STATE_BYTES = (8, 16)  # a CUDA generator's seed, and its offset (torch.cud
 RNG_KEYS = ('python', 'numpy', 'torch', 'cuda')
 
 
-def _array(value: Any, where: str, dtype: type, sizes: Tuple[int, ...]) -> np.ndarray:
-    """A one-dimensional NumPy array of ``dtype`` and one of ``sizes`` elements."""
-    if not (isinstance(value, np.ndarray) and value.dtype == dtype and value.ndim == 1 and value.size in sizes):
-        found = f'a {value.dtype} array of shape {value.shape}' if isinstance(value, np.ndarray) else brief(value)
-        sizes_text = ' or '.join(map(str, sizes))
-        raise SchemaError(f'{where} is {found}, not a NumPy {np.dtype(dtype)} array of {sizes_text} elements')
-    return value
+def _array(value: Any, where: str, dtype: type, sizes: Tuple[int, ...]) -> None:
+    """A one-dimensional NumPy array of ``dtype`` and one of ``sizes`` elements; for bytes, a torch
+    ByteTensor too (files written before the states were arrays: ``check_meta`` refuses any tensor in
+    a resume's candidates, MMEngine's own ``Runner.resume`` restores them)."""
+    if isinstance(value, np.ndarray) and value.dtype == dtype and value.ndim == 1 and value.size in sizes:
+        return
+    if dtype is np.uint8 and isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1 \
+            and value.numel() in sizes:
+        return
+    found = f'a {value.dtype} array of shape {tuple(value.shape)}' if isinstance(value, (np.ndarray, torch.Tensor)) \
+        else brief(value)
+    raise SchemaError(f'{where} is {found}, not a NumPy {np.dtype(dtype)} array of {" or ".join(map(str, sizes))} '
+                      'elements')
 
 
 def _python_rng(value: Any, where: str) -> None:

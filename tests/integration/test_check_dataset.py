@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from bad_data import ANNOTATION_KINDS, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
+from bad_data import ANNOTATION_KINDS, HUGE_INT, SAMPLE_KINDS, write_bad_coco, write_bomb_coco
 from helpers import ROOT
 from mmengine.config import Config
 from mmengine.registry import TRANSFORMS, DefaultScope
@@ -112,19 +112,33 @@ def test_a_broken_copy_is_named(coco, tmp_path, capsys):
     assert f'annotation file {broken}/annotations/instances_train.json is not valid JSON' in message
 
 
-def test_categories_of_one_name_are_refused_naming_both_ids(coco, tmp_path):
+def fourth_category_named_rectangle(data):
+    data['categories'].append(dict(id=9, name='rectangle'))
+    return "categories 1 and 9 are both named 'rectangle'"
+
+
+def image_of_a_huge_width(data):
+    data['images'][1]['width'] = HUGE_INT
+    return f'image {data["images"][1]["file_name"]} (id 2) has width 1{"0" * 76}..., not a positive number of pixels'
+
+
+@pytest.mark.parametrize('damage', [fourth_category_named_rectangle, image_of_a_huge_width],
+                         ids=['categories', 'image_size'])
+def test_categories_of_one_name_or_an_image_of_no_size_are_named(coco, tmp_path, capsys, damage):
     """A fourth category named 'rectangle' (id 9): check_dataset compared the names as sets and passed
-    it, while mmdet mapped its annotations to a label of its own. Named by the check itself behind
+    it, while mmdet mapped its annotations to a label of its own. An image whose width is a 400-digit
+    integer: the report's median size ended in an OverflowError. Named by the check itself behind
     mmdet's plain CocoDataset (CheckedCocoDataset refuses the file: test_faults_data.py)."""
     (tmp_path / 'annotations').mkdir()
     data = json.loads((coco / 'annotations/instances_val.json').read_text())
-    data['categories'].append(dict(id=9, name='rectangle'))
+    problem = damage(data)
     (tmp_path / 'annotations/instances_val.json').write_text(json.dumps(data))
     dataset = dict(type='CocoDataset', data_root=f'{coco}/', ann_file=f'{tmp_path}/annotations/instances_val.json',
                    data_prefix=dict(img='val/'), metainfo=dict(classes=('rectangle', 'ellipse', 'triangle')))
     (val,) = check_dataset(Config(dict(default_scope='mmdet', val_dataloader=dict(dataset=dataset))), ['val'])
     assert val.images == 2
-    assert val.problems == [f"{tmp_path}/annotations/instances_val.json: categories 1 and 9 are both named 'rectangle'"]
+    assert val.problems == [f'{tmp_path}/annotations/instances_val.json: {problem}']
+    assert f'  problem: {tmp_path}/annotations/instances_val.json: {problem}' in val.lines()  # (median sizes)
 
 
 def test_a_split_not_read_and_no_classes_in_the_config(tmp_path):

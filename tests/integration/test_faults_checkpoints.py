@@ -177,7 +177,8 @@ def test_a_planted_newest_checkpoint_with_a_config_text_resumes_without_running_
     """The same file planted in the work dir as the newest checkpoint, beside the good iter_2.pth: a bare
     --resume picks it, and resumes from it (at the end of the run's 4 iterations) without running it.
     Newer still, issue 63's planted values (a seed of 'x' or 2**70, a message hub that is a string, an
-    optimizer without groups, a weight named backbone.blocks.x.y, a tensor in the meta), each in the real
+    optimizer without groups, a weight named backbone.blocks.x.y, a tensor in the meta, a torch RNG state of 'x'
+    or of 65536 bytes), each in the real
     checkpoint's meta and message hub: each was chosen and ended the run with a traceback; now each is
     named with its key and skipped. So are plain values that do not fit the run (PLANTED_MISFITS: a weight
     or an optimizer state of another shape, NaN weights, a parameter group fewer, a scheduler the config

@@ -13,6 +13,7 @@ import pytest
 import torch
 from bad_data import (
     ANNOTATION_KINDS,
+    HUGE_INT,
     LONG_FILE_NAME,
     SAMPLE_KINDS,
     tiny_det_config,
@@ -150,15 +151,28 @@ def test_annotation_attacks_are_counted_and_named_once_per_image(tmp_path):
             'more than 7') in warning
 
 
-def test_categories_of_one_name_are_refused_naming_both_ids(tmp_path):
-    """Two categories named 'box' (ids 1 and 7): mmdet mapped both to labels of their own without a
-    word (the second's annotations as a class past the last); refused when the file is read."""
-    root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20])])
-    data = json.loads((root / 'ann.json').read_text())
+def second_category_named_box(data):
     data['categories'].append(dict(id=7, name='box'))
+
+
+def image_of_a_huge_height(data):
+    data['images'][1]['height'] = HUGE_INT
+
+
+@pytest.mark.parametrize('damage, message', [
+    (second_category_named_box, "categories 1 and 7 are both named 'box': give each category a name of its own"),
+    (image_of_a_huge_height, rf'image b.jpg \(id 2\) has height 1{"0" * 76}\.\.\., not a positive number of pixels'),
+], ids=['categories', 'image_size'])
+def test_a_file_of_two_categories_of_one_name_or_an_image_of_no_size_is_refused(tmp_path, damage, message):
+    """Two categories named 'box' (ids 1 and 7): mmdet mapped both to labels of their own without a
+    word (the second's annotations as a class past the last). An image whose height is a 400-digit
+    integer (before: an OverflowError from the polygon check's margin ended the load; pycocotools'
+    metric rasterises at that size too). Each refused when the file is read, naming what."""
+    root = coco(tmp_path, [ann(1, 1, [5, 5, 20, 20]), ann(2, 2, [5, 5, 20, 20])])
+    data = json.loads((root / 'ann.json').read_text())
+    damage(data)
     (root / 'ann.json').write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=f"^{root}/ann.json: categories 1 and 7 are both named 'box': give each "
-                                         'category a name of its own$'):
+    with pytest.raises(ValueError, match=f'^{root}/ann.json: {message}$'):
         CheckedCocoDataset(data_root=str(root), ann_file='ann.json', data_prefix=dict(img='img/'),
                            metainfo=dict(classes=('box',)), pipeline=[])
 

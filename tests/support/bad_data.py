@@ -195,3 +195,13 @@ def png_after_private_chunks(path: Path, megabytes: int) -> None:
     first_data = data.index(b'IDAT') - 4
     empty = struct.pack('>I', 0) + b'prVt' + struct.pack('>I', zlib.crc32(b'prVt'))
     path.write_bytes(data[:first_data] + empty * (megabytes * 2 ** 20 // 12) + data[first_data:])
+
+
+def png_of_empty_data_chunks(path: Path, megabytes: int) -> None:
+    """A 64x64 PNG whose image data is followed by ``megabytes`` MB of empty image data chunks (12 bytes
+    each): PIL reads each one in Python while decoding."""
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(path)
+    data = path.read_bytes()
+    end = data.index(b'IEND') - 4
+    empty = struct.pack('>I', 0) + b'IDAT' + struct.pack('>I', zlib.crc32(b'IDAT'))
+    path.write_bytes(data[:end] + empty * (megabytes * 2 ** 20 // 12) + data[end:])

@@ -36,6 +36,7 @@ from mmdet.models.backbones import ResNet  # noqa: E402
 from mmengine.runner.checkpoint import _load_checkpoint, load_checkpoint  # noqa: E402
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
+from xcit_dense.engine.hooks.rng_state import get_rng_state  # noqa: E402
 from xcit_dense.engine.resume import judge_candidate  # noqa: E402
 from xcit_dense.io.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.io.weights import read_checkpoint  # noqa: E402
@@ -339,6 +340,10 @@ PLANTED_VALUES = {
     'optimizer without param groups': (lambda c: c.update(optimizer={'state': {}}),
                                        "optimizer param_groups is None"),
     'state dict key backbone.blocks.x.y': (_rename_weight, "'backbone.blocks.x.y' has 'x' where an index"),
+    'rng_states torch a string': (_meta(rng_states=[dict(get_rng_state(), torch='x')]),
+                                  "meta's rng_states[0] torch is 'x'"),
+    'rng_states torch of 65536 bytes': (_meta(rng_states=[dict(get_rng_state(), torch=np.zeros(1 << 16, np.uint8))]),
+                                        "meta's rng_states[0] torch is a uint8 array of shape (65536,)"),
     'batch plan lr a tensor': (lambda c: c['meta'].update(batch_plan=dict(
         c['meta'].get('batch_plan') or {}, lr=torch.zeros(1).expand(2 ** 10))), "meta's batch_plan lr holds a tensor"),
 }

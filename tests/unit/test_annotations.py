@@ -8,7 +8,13 @@ import pytest
 from bad_data import HUGE_INT, rle_one_long_number, striped_rle
 from pycocotools import mask as mask_utils
 
-from xcit_dense.datasets.annotations import RLE_NUMBER_CHARACTERS, box_problem, polygon_problem, rle_problem
+from xcit_dense.datasets.annotations import (
+    RLE_NUMBER_CHARACTERS,
+    box_problem,
+    image_size_problem,
+    polygon_problem,
+    rle_problem,
+)
 from xcit_dense.datasets.problems import BAD_RLE, BOX_NOT_FINITE, POLYGON_NOT_NUMBERS
 
 pytestmark = pytest.mark.quick
@@ -42,9 +48,13 @@ def test_rle_strings_decode_to_pycocotools_runs(height, width):
 
 
 def test_integers_beyond_float_range_are_bad_numbers_not_an_overflow():
-    """A 400-digit integer in a box or polygon (before: OverflowError from math.isfinite); the
-    detail quotes the value in at most 80 characters."""
+    """A 400-digit integer in a box or polygon (before: OverflowError from math.isfinite), or as an
+    image's width (before: OverflowError from the polygon check's margin); the detail quotes the
+    value in at most 80 characters."""
     kind, detail = box_problem(dict(bbox=[8, 8, HUGE_INT, 30], area=900), 64, 64)
     assert kind == BOX_NOT_FINITE and detail.startswith('box [8, 8, 1000') and len(detail) <= 84, detail
     kind, detail = polygon_problem([8, 8, HUGE_INT, 8, 38, 38], 64, 64)
     assert kind == POLYGON_NOT_NUMBERS and len(detail) <= 90, detail
+    problem = image_size_problem(dict(id=3, file_name='c.jpg', height=64, width=HUGE_INT))
+    assert problem.startswith('image c.jpg (id 3) has width 1000') and len(problem) <= 150, problem
+    assert image_size_problem(dict(id=3, file_name='c.jpg', height=64, width=48)) is None

@@ -438,9 +438,9 @@ def test_a_resume_skips_damaged_checkpoints_naming_each(tmp_path, monkeypatch):
 def test_a_resume_skips_planted_values_of_the_wrong_type_naming_each(tmp_path, monkeypatch):
     """Issue 63: newest checkpoints that the reader reads (plain values) but whose values a resume could not
     use (a seed of 'x' or 2**70, a message hub that is a string, an optimizer without parameter groups, a
-    weight named backbone.blocks.x.y, a tensor in the meta) were chosen and ended the run with a traceback;
-    each is judged whole before anything is restored, named with the key, and skipped, within a second of
-    CPU each."""
+    weight named backbone.blocks.x.y, a tensor in the meta, a torch RNG state of 'x' or of 65536 bytes) were
+    chosen and ended the run with a traceback; each is judged whole before anything is restored, named with
+    the key, and skipped, within a second of CPU each."""
     logged = []
     monkeypatch.setattr(resume, 'print_log', lambda message, **kwargs: logged.append(message))
     good = resumable(1, optimizer={'state': {}, 'param_groups': [{'lr': 0.1, 'params': [0]}]})

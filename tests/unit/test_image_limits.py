@@ -1,17 +1,19 @@
 """Image files capped by their size on disk before anything opens them, JPEGs by their scans and marker
-segments and PNGs by their chunks before a decoder parses them, and label maps of more than 8 bits
+segments and PNGs by their chunks (before the image data, and in all for their size) before a decoder
+parses them, and label maps of more than 8 bits
 refused where mmseg's 8-bit cast would change their values (docs/security.md)."""
 import os
 import time
 
+import cv2
 import numpy as np
 import pytest
-from bad_data import jpeg_after_comments, jpeg_of_repeated_scans, png_after_private_chunks
+from bad_data import jpeg_after_comments, jpeg_of_repeated_scans, png_after_private_chunks, png_of_empty_data_chunks
 from mmengine.config import Config
 from PIL import Image
 
 from xcit_dense.datasets import files
-from xcit_dense.datasets.decode_work import MAX_PNG_HEADER_CHUNKS, MAX_SCANS, MAX_SEGMENTS
+from xcit_dense.datasets.decode_work import MAX_PNG_HEADER_CHUNKS, MAX_SCANS, MAX_SEGMENTS, PNG_BYTES_PER_CHUNK
 from xcit_dense.datasets.files import LABEL_MAP, check_image_file
 from xcit_dense.datasets.problems import LABELS_OUTSIDE, TOO_MANY_BYTES, TOO_MUCH_WORK, BadSample
 from xcit_dense.engine.run_config import check_samples
@@ -63,17 +65,28 @@ def test_a_jpeg_behind_half_a_million_comments_is_refused_before_its_header_is_p
         TOO_MUCH_WORK, f'a JPEG of more than {MAX_SEGMENTS} marker segments')
 
 
-def test_a_png_behind_700000_private_chunks_is_refused_before_its_header_is_parsed(tmp_path):
+@pytest.mark.parametrize('write, megabytes, detail', [
+    (png_after_private_chunks, 8, f'a PNG of more than {MAX_PNG_HEADER_CHUNKS} chunks before its image data'),
+    (png_of_empty_data_chunks, 1,
+     'a PNG of more than {limit} chunks (1024, and one for each 1024 of its {size} bytes)'),
+], ids=['private_before_data', 'empty_data'])
+def test_a_png_of_700000_private_or_90000_data_chunks_is_refused_before_it_is_parsed(tmp_path, write, megabytes,
+                                                                                  detail):
     """8 MB of empty private chunks between a 64x64 PNG's header and its image data: PIL parses each when
-    it opens the file (before: 7 to 24 s); refused within a second of CPU, reading only the first chunks."""
+    it opens the file (before: 7 to 24 s); 1 MB of empty image data chunks after its data: PIL reads each
+    while decoding (before: passed, 0.7 s to decode, 14 s for 16 MB). Each refused within a second of
+    CPU, reading only the first chunks; a 1024x1024 PNG of noise as libpng writes it (8 KiB chunks) passes."""
     path = tmp_path / 'chunks.png'
-    png_after_private_chunks(path, 8)
+    write(path, megabytes)
     start = time.process_time()
     with pytest.raises(BadSample) as refused:
         check_image_file(str(path), LABEL_MAP)
     assert time.process_time() - start < 1
+    size = path.stat().st_size
     assert (refused.value.kind, refused.value.detail) == (
-        TOO_MUCH_WORK, f'a PNG of more than {MAX_PNG_HEADER_CHUNKS} chunks before its image data')
+        TOO_MUCH_WORK, detail.format(limit=MAX_PNG_HEADER_CHUNKS + size // PNG_BYTES_PER_CHUNK, size=size))
+    cv2.imwrite(str(path), np.random.default_rng(0).integers(0, 255, (1024, 1024, 3), np.uint8))
+    assert check_image_file(str(path)) == (1024, 1024)
 
 
 def test_the_config_key_reaches_the_samples_check():

@@ -1,6 +1,7 @@
 """Safetensors files and ``hf-hub:`` names wherever a checkpoint is accepted: the three layouts read
 by content, equal to the same weights from a ``.pth``; damaged files refused in one line; a hub
 cache laid out by hand as huggingface_hub lays it, read offline."""
+import hashlib
 import json
 import pickle
 import struct
@@ -11,7 +12,7 @@ from helpers import HUB_COMMIT, PickleExploit, cached_hub_repo, randomize_
 from mmengine.runner.checkpoint import load_checkpoint
 from safetensors.torch import save_file
 
-from xcit_dense.io.checkpoint import CheckpointError
+from xcit_dense.io.checkpoint import CheckpointError, read_checkpoint_file
 from xcit_dense.io.checkpoint_schemes import install_checked_schemes
 
 pytestmark = pytest.mark.quick
@@ -136,13 +137,20 @@ def test_pickle_named_safetensors_is_refused_not_unpickled(tmp_path, weights):
 
 
 def test_hub_name_reads_the_cached_safetensors_offline(offline_hub_cache, weights):
+    """By name and by commit; a pinned digest (``init_cfg``'s ``sha256``) is checked as for any other file
+    (before: ignored for a hub name, a wrong one loaded)."""
     state, build = weights
-    cached_hub_repo(offline_hub_cache, 'timm/xcit_tiny', {
+    folder = cached_hub_repo(offline_hub_cache, 'timm/xcit_tiny', {
         'model.safetensors': lambda p: save_file(timm_layout(state), p),
         'pytorch_model.bin': lambda p: p.write_bytes(b'not read')})
     for name in ('hf-hub:timm/xcit_tiny', f'hf-hub:timm/xcit_tiny@{HUB_COMMIT}'):
         model = pretrained(build, name)
         assert torch.equal(model.state_dict()['blocks.1.mlp.fc1.weight'], state['blocks.1.mlp.fc1.weight'])
+    digest = hashlib.sha256((folder / 'blobs/model-safetensors').read_bytes()).hexdigest()
+    pinned = read_checkpoint_file('hf-hub:timm/xcit_tiny', sha256=digest[:12])
+    assert set(pinned['state_dict']) == set(timm_layout(state))
+    with pytest.raises(CheckpointError, match=f'model.safetensors has sha256 {digest}, expected 000000000000$'):
+        read_checkpoint_file('hf-hub:timm/xcit_tiny', sha256='0' * 12)  # (init_cfg's sha256 reaches it)
 
 
 def test_hub_name_takes_the_pickle_where_the_repository_has_no_safetensors(offline_hub_cache, weights):

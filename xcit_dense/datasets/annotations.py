@@ -7,7 +7,8 @@ A polygon is rasterised by pycocotools with memory in proportion to its coordina
 bytes per pixel of extent: ``[0, 0, 4e8, 0, 4e8, 4e8]`` asks for gigabytes, and a failed allocation
 there crashes the process), so its points must lie within the image, give or take
 ``POLYGON_MARGIN`` of its longer side. JSON reads a 400-digit integer exactly, beyond what a float
-holds: such a number is bad like NaN, not an ``OverflowError``. An RLE string is decoded in linear
+holds: such a number is bad like NaN, not an ``OverflowError`` (in an image's height or width it
+makes the file refused, see ``image_size_problem``). An RLE string is decoded in linear
 time, each of its numbers at most ``RLE_NUMBER_CHARACTERS`` long (one number of many characters cost
 quadratic time), and details quote at most ``SHOWN_CHARACTERS`` of a value.
 """
@@ -68,6 +69,19 @@ def _finite(value: Real) -> bool:
         return math.isfinite(value)
     except OverflowError:  # an exact integer of hundreds of digits, as JSON reads one
         return False
+
+
+def image_size_problem(image: dict) -> Optional[str]:
+    """Why a COCO ``images`` record's height or width is not a size in pixels (a positive number a
+    float holds), naming the image; None where both are. Every check of its annotations and
+    pycocotools' rasterising in the metric take them as the image's size, so no annotation of it
+    could be judged, and a 400-digit integer raised ``OverflowError`` there."""
+    for key in ('height', 'width'):
+        value = image.get(key)
+        if not _numbers([value]) or not _finite(value) or not value > 0:
+            return (f'image {shown(image.get("file_name"))} (id {shown(image.get("id"))}) has {key} '
+                    f'{shown(repr(value))}, not a positive number of pixels')
+    return None
 
 
 def box_problem(ann: dict, height: int, width: int) -> Optional[Tuple[str, str]]:

@@ -23,7 +23,7 @@ from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
 
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
-from .annotations import duplicate_category_problem
+from .annotations import duplicate_category_problem, image_size_problem
 from .loaded_size import loader_color_type, size_problem
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
 from .robust import check_sample_files, label_values_problem, sample_folders
@@ -115,10 +115,14 @@ def _check_label_values(info: dict, load_labels, classes: int) -> None:
 
 
 def _coco_categories(ann_file: str) -> Tuple[Tuple[str, ...], Optional[str]]:
-    """The annotation file's category names, and what is wrong where two share a name."""
+    """The annotation file's category names, and what is wrong where two share a name or, else, with the
+    first image whose height or width is not a size in pixels (what ``CheckedCocoDataset`` refuses)."""
     with open(ann_file) as f:
-        categories = json.load(f).get('categories', [])
-    return tuple(c['name'] for c in categories), duplicate_category_problem(categories)
+        data = json.load(f)
+    categories = data.get('categories', [])
+    sizes = (image_size_problem(image) for image in data.get('images', []) if isinstance(image, dict))
+    return tuple(c['name'] for c in categories), duplicate_category_problem(categories) or next(
+        (problem for problem in sizes if problem), None)
 
 
 def head_class_problem(model: dict, classes: int) -> Optional[str]:
@@ -215,10 +219,11 @@ def check_split(cfg: Config, split: str) -> SplitReport:
             count = sum(1 for inst in info['instances'] if not inst.get('ignore_flag'))
             report.annotations += count
             has_labels = count > 0
-            report.sizes.append((info['height'], info['width']))
-            mismatch = None if bad else size_problem(info['img_path'], (info['height'], info['width']), color_type)
-            if mismatch:
-                report.size_mismatches.append(mismatch)
+            if image_size_problem(info) is None:  # (else named with the file's problems: no statistics of it)
+                report.sizes.append((info['height'], info['width']))
+                mismatch = None if bad else size_problem(info['img_path'], (info['height'], info['width']), color_type)
+                if mismatch:
+                    report.size_mismatches.append(mismatch)
         report.without_annotations += not has_labels
     if not dataset.data_list:
         report.problems.append('no images at all')

@@ -7,7 +7,8 @@ with one warning per image that names it once, counts its dropped annotations by
 first of each (a long file name repeated per annotation made a small file write a large log). In a
 validation or test set (``test_mode``) a polygon far outside its image is kept instead: the metric
 would rasterise it from the annotation file, so the sample check (``robust``) stops the run at that
-image. A file in which two categories share a name is refused, naming both ids. Images left without annotations
+image. A file in which two categories share a name is refused, naming both ids, as is one with an image
+whose height or width is not a positive number a float holds. Images left without annotations
 are named too (mmdet drops them from training silently). This module imports mmdet: the package
 imports it only when such a dataset is built or named.
 """
@@ -20,18 +21,31 @@ from mmdet.datasets.api_wrappers import COCO
 from mmdet.registry import DATASETS as DET_DATASETS
 from mmengine.logging import print_log
 
-from .annotations import box_problem, duplicate_category_problem, polygon_problem, rle_problem, shown
+from .annotations import (
+    box_problem,
+    duplicate_category_problem,
+    image_size_problem,
+    polygon_problem,
+    rle_problem,
+    shown,
+)
 from .problems import NO_ANNOTATIONS, POLYGON_OUTSIDE, summary
 
 
-class _NamesUnique(COCO):
-    """mmdet's COCO reader that refuses a file in which two categories share a name."""
+class _CheckedCOCO(COCO):
+    """mmdet's COCO reader that refuses a file in which two categories share a name, or an image's
+    height or width is not a size in pixels (the metric rasterises from them too, so dropping the
+    image here would not save validation)."""
 
     def __init__(self, annotation_file: str) -> None:
         super().__init__(annotation_file)
         problem = duplicate_category_problem(self.dataset.get('categories', []))
         if problem:
             raise ValueError(f'{annotation_file}: {problem}: give each category a name of its own')
+        for image in self.dataset.get('images', []):
+            problem = image_size_problem(image)
+            if problem:
+                raise ValueError(f'{annotation_file}: {problem}')
 
 
 @DET_DATASETS.register_module()
@@ -39,7 +53,7 @@ class CheckedCocoDataset(CocoDataset):
     """``CocoDataset`` that names and counts the annotations it cannot use, and refuses category
     names that are not unique."""
 
-    COCOAPI = _NamesUnique
+    COCOAPI = _CheckedCOCO
 
     def load_data_list(self) -> List[dict]:
         self.problems: Counter = Counter()

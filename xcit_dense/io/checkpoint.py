@@ -50,13 +50,14 @@ def load_weights_only(path: str, map_location: Union[str, torch.device, None] = 
 
 def local_checkpoint(path: str, sha256: Optional[str] = None) -> str:
     """The local file of a checkpoint path, URL (downloaded by download.py, digests checked) or
-    ``hf-hub:`` name (hub.py: huggingface_hub's cache)."""
+    ``hf-hub:`` name (hub.py: huggingface_hub's cache; its file's digest checked here, as a local
+    path's, where ``sha256`` pins one)."""
     if is_hub_name(path):
         try:
-            return resolve_hub_name(path)
+            path = resolve_hub_name(path)
         except HubError as exc:
             raise CheckpointError(str(exc)) from exc
-    if '://' in path:
+    elif '://' in path:
         try:
             return download(path, sha256)
         except DownloadError as exc:

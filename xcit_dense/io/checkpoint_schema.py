@@ -19,8 +19,8 @@ from .checked_unpickler import LARGEST_INT, brief
 from .checkpoint import CheckpointError
 
 __all__ = ['SchemaError', 'count', 'seed_of', 'class_names', 'palette', 'dataset_meta_of', 'batch_plan_of',
-           'position_of', 'auto_fit_of', 'check_meta', 'check_message_hub', 'check_optimizer', 'check_schedulers',
-           'check_state_dict', 'block_index', 'check_resumable']
+           'position_of', 'auto_fit_of', 'rng_states_of', 'check_meta', 'check_message_hub', 'check_optimizer',
+           'check_schedulers', 'check_state_dict', 'block_index', 'check_resumable']
 
 MAX_ITEMS = 1 << 16  # classes, parameter groups, values per scheduler or group
 MAX_NAME = 1000  # characters of a name (a class, a state dict's key)
@@ -162,6 +162,80 @@ def auto_fit_of(meta: dict, key: str) -> Optional[dict]:
     return out
 
 
+# the generator states RNGStateHook saves per rank (rng_state.get_rng_state) and what their setters take
+MT_WORDS = 624  # Python's and NumPy's Mersenne Twister: 624 32-bit words and a position
+CPU_STATE_BYTES = torch.get_rng_state().numel()  # torch.set_rng_state takes exactly this many bytes
+CUDA_STATE_BYTES = (8, 16)  # a CUDA generator's seed, and its offset (torch.cuda.set_rng_state)
+RNG_KEYS = ('python', 'numpy', 'torch', 'cuda')
+
+
+def _array(value: Any, where: str, dtype: type, sizes: Tuple[int, ...]) -> None:
+    """A one-dimensional NumPy array of ``dtype`` and one of ``sizes`` elements; for bytes, a torch
+    ByteTensor too (files written before the states were arrays: ``check_meta`` refuses any tensor in
+    a resume's candidates, MMEngine's own ``Runner.resume`` restores them)."""
+    if isinstance(value, np.ndarray) and value.dtype == dtype and value.ndim == 1 and value.size in sizes:
+        return
+    if dtype is np.uint8 and isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1 \
+            and value.numel() in sizes:
+        return
+    found = f'a {value.dtype} array of shape {tuple(value.shape)}' if isinstance(value, (np.ndarray, torch.Tensor)) \
+        else brief(value)
+    raise SchemaError(f'{where} is {found}, not a NumPy {np.dtype(dtype)} array of {" or ".join(map(str, sizes))} '
+                      'elements')
+
+
+def _python_rng(value: Any, where: str) -> None:
+    """``random.getstate()``: (3, a tuple of 624 32-bit words and a position from 0 to 624, None or
+    a float), as ``random.setstate`` takes it."""
+    state = _sequence(value, where, 3)
+    if len(state) != 3 or not _is_int(state[0]) or state[0] != 3 or type(state[1]) is not tuple \
+            or len(state[1]) != MT_WORDS + 1:
+        raise _refuse(where, value, "Python's state (3, 625 integers, None or a number)")
+    for word in state[1][:MT_WORDS]:
+        _integer(word, f'{where} words', 0, 1 << 32)
+    _integer(state[1][MT_WORDS], f'{where} position', 0, MT_WORDS + 1)
+    if state[2] is not None:
+        _number(state[2], f'{where} gauss_next')
+
+
+def _numpy_rng(value: Any, where: str) -> None:
+    """``np.random.get_state()``: ('MT19937', 624 uint32 words, a position from 0 to 624, a flag, a float)."""
+    state = _sequence(value, where, 5)
+    if len(state) != 5 or type(state[0]) is not str or state[0] != 'MT19937':
+        raise _refuse(where, value, "NumPy's state ('MT19937', words, position, has_gauss, cached_gaussian)")
+    _array(state[1], f'{where} words', np.uint32, (MT_WORDS,))
+    _integer(state[2], f'{where} position', 0, MT_WORDS + 1)
+    _integer(state[3], f'{where} has_gauss', 0, 2)
+    _number(state[4], f'{where} cached_gaussian')
+
+
+def rng_states_of(meta: dict) -> List[dict]:
+    """Each rank's generator states ``meta['rng_states']`` records (``RNGStateHook``; []: none): a
+    list of at most ``MAX_ITEMS`` dicts of Python's, NumPy's and torch's state (a byte array of the
+    size ``torch.set_rng_state`` takes) and optionally CUDA's (a byte array of 8 or 16, or a list of
+    them, one per device: files written before the per-device rule), so that a restore cannot fail."""
+    states = meta.get('rng_states')
+    if states is None:
+        return []
+    where = "its meta's rng_states"
+    for rank, state in enumerate(_sequence(states, where)):
+        at = f'{where}[{rank}]'
+        for key in _dict(state, at):
+            if key not in RNG_KEYS:
+                raise _refuse(f'a key of {at}', key, f'one of {", ".join(RNG_KEYS)}')
+        missing = [key for key in RNG_KEYS[:3] if key not in state]
+        if missing:
+            raise SchemaError(f'{at} has no {" and no ".join(missing)}')
+        _python_rng(state['python'], f'{at} python')
+        _numpy_rng(state['numpy'], f'{at} numpy')
+        _array(state['torch'], f'{at} torch', np.uint8, (CPU_STATE_BYTES,))
+        cuda = state.get('cuda')
+        if cuda is not None:
+            for device in _sequence(cuda, f'{at} cuda') if isinstance(cuda, (list, tuple)) else [cuda]:
+                _array(device, f'{at} cuda', np.uint8, CUDA_STATE_BYTES)
+    return list(states)
+
+
 def _no_tensor(value: Any, where: str) -> None:
     """Refuse a tensor anywhere inside ``value`` (the reader bounds the walk: at most 64 deep, its items
     counted)."""
@@ -187,6 +261,7 @@ def check_meta(meta: Any) -> dict:
     batch_plan_of(meta)
     position_of(meta, 'data_position')
     auto_fit_of(meta, 'auto_fit')
+    rng_states_of(meta)
     missing = [key for key in ('epoch', 'iter') if key not in meta]
     if missing:
         raise SchemaError(f'its meta has no {" and no ".join(missing)}, which a resume reads')

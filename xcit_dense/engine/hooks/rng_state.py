@@ -9,6 +9,7 @@ import torch
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
+from ...io.checkpoint_schema import rng_states_of
 from ..collectives import gather_objects
 from ..dist import world_size
 
@@ -126,8 +127,8 @@ class RNGStateHook(Hook):
         checkpoint.setdefault('meta', {})['rng_states'] = states
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Keep the checkpoint's states (none in one written before this hook) for training."""
-        self._loaded = checkpoint.get('meta', {}).get('rng_states') or []
+        """Keep the checkpoint's states (none in one written before this hook), typed, for training."""
+        self._loaded = rng_states_of(checkpoint.get('meta', {}))
 
     def before_train(self, runner) -> None:
         """On resume, restore this rank's states once the data stands at its position (the toolkit's

@@ -213,6 +213,7 @@ def test_signal_checkpoints_at_the_next_iteration(tmp_path, seg_data):
         assert sorted(p.name for p in work_dir.glob('iter_*.pth')) == ['iter_3.pth']
         assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_3.pth')
         assert f'{signal.Signals(signum).name} received: saving a checkpoint' in out
+        assert f'checkpoint saved: {work_dir / "iter_3.pth"}; stopping (--resume continues the run)' in out
 
 
 def test_resume_from_another_model_is_refused(tmp_path, seg_data):

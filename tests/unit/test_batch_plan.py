@@ -92,8 +92,13 @@ def test_keep_total_batch_excludes_an_explicit_accumulation():
 
 @pytest.mark.parametrize('value', [0, -1, 1.5, '2'])
 def test_bad_accumulation_is_refused(value):
-    with pytest.raises(ValueError, match='accumulation must be a positive integer'):
-        plan_for(SEG, 1, 2, accumulation=value)
+    """Named as the user gave it: the option with its dashes, or the config's key."""
+    cfg = Config.fromfile(SEG)
+    with pytest.raises(ValueError, match=r'^--accumulation must be a positive integer'):
+        resolve_batch_plan(cfg, 1, accumulation=value)
+    cfg.optim_wrapper.accumulative_counts = value
+    with pytest.raises(ValueError, match=r'^optim_wrapper\.accumulative_counts must be a positive integer'):
+        resolve_batch_plan(cfg, 1)
 
 
 def test_plan_line_says_everything():

@@ -195,7 +195,8 @@ def test_auto_is_fast_without_a_gpu_and_plain_with_one_said_in_the_log(tiny_xcit
     assert not model.fast_layers
     assert not [n for n, m in model.named_modules() if type(m) in FAST_LAYERS.values()]
     assert _said(records) == [
-        ('XCiT: plain layers on cuda: the fast set has not been measured on a GPU', logging.INFO)]
+        ('XCiT: the plain layers (the default on GPUs, where the fast set is not yet measured; '
+         'model.backbone.fast_layers=True gives the fast layers)', logging.INFO)]
     with log_records() as records:
         assert tiny_xcit(fast_layers=True).fast_layers and tiny_xcit(fast_layers=False).fast_layers is False
     assert _said(records) == []

@@ -81,8 +81,10 @@ def resolve_batch_plan(cfg: Config, world_size: int, accumulation: Optional[int]
                 f'train_dataloader.batch_size so that it divides {reference}, or drop --keep-total-batch')
         accumulation = reference // per_step
     if accumulation is None:
-        accumulation = cfg.optim_wrapper.get('accumulative_counts', 1)
-    accumulation = _positive_int(accumulation, 'accumulation')
+        accumulation = _positive_int(cfg.optim_wrapper.get('accumulative_counts', 1),
+                                     'optim_wrapper.accumulative_counts')
+    else:  # the command line's (or what --keep-total-batch or --auto-fit worked out: positive)
+        accumulation = _positive_int(accumulation, '--accumulation')
     return BatchPlan(world_size, images, accumulation, reference,
                      base_lr=float(cfg.optim_wrapper.optimizer.lr),
                      scale_lr=bool(auto.get('enable', False)) if scale_lr is None else scale_lr)

@@ -64,7 +64,8 @@ def _wants_fast_layers(choice: FastLayers) -> bool:
     if choice != 'auto':
         return choice
     if torch.cuda.is_available():
-        print_log('XCiT: plain layers on cuda: the fast set has not been measured on a GPU', logger='current')
+        print_log('XCiT: the plain layers (the default on GPUs, where the fast set is not yet measured; '
+                  'model.backbone.fast_layers=True gives the fast layers)', logger='current')
         return False
     print_log("XCiT: the CPU's fast layers (the default on CPUs; model.backbone.fast_layers=False gives the "
               'plain layers)', logger='current')

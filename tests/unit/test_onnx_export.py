@@ -1,9 +1,20 @@
-"""ONNX export: onnxruntime matches PyTorch to 1e-4, the backbone at sizes other than the traced one."""
+"""ONNX export: onnxruntime matches PyTorch to 1e-4, the backbone and the segmentors at sizes other than the
+traced one."""
 import pytest
 import torch
 from helpers import ROOT, randomize_, run_tool_in_process
 
-from xcit_dense.analysis.onnx_export import BACKBONE_OUTPUTS, TensorForward, export, max_abs_error
+from xcit_dense.analysis.onnx_export import (
+    BACKBONE_OUTPUTS,
+    SEGMENTOR_OUTPUTS,
+    BinMeanPool,
+    SegmentorForward,
+    TensorForward,
+    dynamic_size_copy,
+    export,
+    max_abs_error,
+    onnx_outputs,
+)
 from xcit_dense.builder import build_model
 
 TINY = {'model.backbone.embed_dims': 64, 'model.backbone.depth': 4, 'model.backbone.num_heads': 4,
@@ -24,6 +35,42 @@ def test_segmentor_tensor_forward(tmp_path):
     path = str(tmp_path / 'segmentor.onnx')
     export(TensorForward(model), path, (64, 64), ['logits'], dynamic=False)
     assert max_abs_error(path, TensorForward(model), torch.rand(1, 3, 64, 64)) < 1e-4
+
+
+@pytest.mark.quick
+def test_bin_means_equal_the_adaptive_pool_at_any_size():
+    """UperNet's pyramid pooling as exported: the same bins as nn.AdaptiveAvgPool2d, sides shorter than
+    the grid included (bins then overlap)."""
+    for rows, cols in ((1, 1), (2, 3), (6, 6)):
+        for size in ((1, 1), (2, 5), (7, 13), (32, 17)):
+            x = torch.randn(2, 3, *size)
+            expected = torch.nn.AdaptiveAvgPool2d((rows, cols))(x)
+            torch.testing.assert_close(BinMeanPool(rows, cols)(x), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow  # two exports of about 30-100 s each on 2 busy cores
+@pytest.mark.parametrize('config', ['configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py',
+                                    'configs/xcit/upernet_xcit_tiny_12_p16_160k_ade20k.py'])
+def test_segmentor_with_dynamic_size(tmp_path, config):
+    """One file for every size: logits within 1e-4 and the same label map as the model as built (not the
+    export's copy), at the traced size and at two others, one not divisible by 32 (exported as built,
+    mmseg's Upsample puts the traced size into the graph: a Semantic FPN 4e-3 off at other sizes)."""
+    options = {**TINY, 'model.backbone.fast_layers': False}
+    if 'upernet' in config:
+        del options['model.neck.in_channels']
+        options.update({'model.decode_head.in_channels': [64] * 4, 'model.decode_head.channels': 32,
+                        'model.auxiliary_head.in_channels': 64})
+    model = randomize_(build_model(config, options)).eval()
+    path = str(tmp_path / 'segmentor.onnx')
+    export(SegmentorForward(dynamic_size_copy(model)), path, (64, 96), SEGMENTOR_OUTPUTS)
+    for shape in ((64, 96), (100, 70), (128, 160)):
+        image = torch.rand(1, 3, *shape)
+        logits, labels = onnx_outputs(path, image)
+        with torch.no_grad():
+            expected_logits, expected_labels = SegmentorForward(model)(image)
+        assert labels.shape == (1, *shape)
+        assert abs(logits - expected_logits.numpy()).max() < 1e-4, shape
+        assert (labels == expected_labels.numpy()).mean() == 1, shape
 
 
 @pytest.mark.slow  # an export of its own (about 20 s); the main stage checks the quiet build below

@@ -1,6 +1,11 @@
-"""Export a config's XCiT backbone (any input size) or whole model (--whole, one size) to ONNX.
+"""Export a config's XCiT backbone (any input size) or whole model (--whole) to ONNX.
 
---check compares onnxruntime's outputs with PyTorch's on a random image of the given size.
+A segmentor (--whole) is exported for any input size: logits at the input's size and the label map,
+with the classes, palette, normalisation and test resize in the file's metadata (tools/infer_onnx.py
+runs it without torch); a detector's tensor forward for the --shape size only.
+--check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or, for a
+segmentor, on the images of --images DIR (per image: the label maps' pixel agreement and the logits'
+largest difference; exit status 1 where one is beyond the tolerances).
 """
 import argparse
 import sys
@@ -11,28 +16,56 @@ prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, 
 import torch
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.analysis.onnx_export import export_config, max_abs_error
+from xcit_dense.analysis.onnx_export import (
+    MAX_LOGITS_DIFFERENCE,
+    MIN_PIXEL_AGREEMENT,
+    SegmentorForward,
+    check_segmentation,
+    export_config,
+    max_abs_error,
+)
 from xcit_dense.errors import UnsafeOutputError
+from xcit_launch.image_names import list_inputs
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config')
     parser.add_argument('out', help='the .onnx file to write')
     parser.add_argument('--checkpoint', help="the whole model's training checkpoint (default: randomly "
                                              "initialised weights; the pretrained backbone is not loaded)")
-    parser.add_argument('--shape', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'))
-    parser.add_argument('--whole', action='store_true', help="export the model's tensor forward, not the backbone")
+    parser.add_argument('--shape', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'),
+                        help='the traced input size (the only one of a detector)')
+    parser.add_argument('--whole', action='store_true', help="export the model's prediction, not the backbone")
     parser.add_argument('--check', action='store_true', help='compare with PyTorch through onnxruntime')
+    parser.add_argument('--images', metavar='DIR', help='--check of a segmentor on these images (files or folders)',
+                        nargs='+')
     args = parser.parse_args()
     try:
         module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
     except UnsafeOutputError as exc:
         sys.exit(f'error: {exc}')
     print(f'wrote {args.out}' + ('' if args.checkpoint else ' (random weights: no --checkpoint given)'))
-    if args.check:
+    if not args.check:
+        return
+    if not args.images:
         error = max_abs_error(args.out, module, torch.rand(1, 3, *args.shape))
         print(f'largest difference onnxruntime vs PyTorch: {error:.3g}')
+        return
+    if not isinstance(module, SegmentorForward):
+        sys.exit('error: --images checks a segmentor exported with --whole')
+    try:
+        rows = check_segmentation(args.out, module, list(list_inputs(args.images)))
+    except (FileNotFoundError, ValueError) as exc:
+        sys.exit(f'error: {exc}')
+    for row in rows:
+        print(f"{row['image']}: pixels agreeing {row['pixel_agreement']:.6f}, largest logits difference "
+              f"{row['logits_difference']:.3g}" + ('' if row['within'] else '  BEYOND TOLERANCE'))
+    beyond = sum(not row['within'] for row in rows)
+    print(f'{len(rows) - beyond} of {len(rows)} images within tolerance (pixels agreeing >= '
+          f'{MIN_PIXEL_AGREEMENT}, logits within {MAX_LOGITS_DIFFERENCE})')
+    if beyond:
+        sys.exit(1)
 
 
 if __name__ == '__main__':

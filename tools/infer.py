@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 from xcit_launch.entry_point import prepare_process
 
@@ -48,6 +48,7 @@ from xcit_dense.io.output_files import write_bytes, writing
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.tasks import Task, task_of_config
+from xcit_launch.image_names import list_inputs
 from xcit_launch.known_warnings import KnownLogMessages
 
 
@@ -81,16 +82,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
     return parser.parse_args()
-
-
-def list_inputs(inputs: List[str]) -> Iterator[str]:
-    """Files as given; the files of a folder in name order (hidden ones skipped)."""
-    for item in inputs:
-        if os.path.isdir(item):
-            yield from sorted(str(p) for p in Path(item).iterdir() if p.is_file()
-                              and not p.name.startswith('.'))
-        else:
-            yield item
 
 
 def read_image(path: str, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:

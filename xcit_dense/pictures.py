@@ -4,24 +4,17 @@ clipped to the picture before drawing (MMEngine warns about every box that touch
 written through no link (io/output_files.py), and drawing that reports its failure instead of
 stopping the tool."""
 from pathlib import Path
-from typing import Optional, Set
+from typing import Optional
 
 import torch
 from mmengine.structures import BaseDataElement, InstanceData
 
+from xcit_launch.image_names import picture_name
+
 from .errors import UnsafeOutputError
 from .io.output_files import writing
 
-
-def picture_name(image_path: str, used: Set[str]) -> str:
-    """The picture's file name for the image at ``image_path``, unique among ``used`` (which it joins)."""
-    stem = Path(image_path).stem
-    name, n = f'{stem}.png', 1
-    while name in used:
-        n += 1
-        name = f'{stem}_{n}.png'
-    used.add(name)
-    return name
+__all__ = ['clip_boxes', 'draw_picture', 'picture_name']
 
 
 def clip_boxes(sample: BaseDataElement, height: int, width: int) -> BaseDataElement:

@@ -11,11 +11,9 @@ gigabyte can carry a small image's header, and decoders read the whole file.
 """
 import os
 
-from xcit_launch.entry_point import DEFAULT_MAX_PIXELS, OPENCV_LIMIT_VAR
+from xcit_launch.entry_point import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, OPENCV_LIMIT_VAR
 
 MAX_PIXELS_KEY = 'max_image_pixels'
-# far above any dataset image's file (a 16384 x 8192 PNG of noise is 400 MB; dataset images are a few MB)
-DEFAULT_MAX_BYTES = 256 * 2 ** 20
 MAX_BYTES_KEY = 'max_image_bytes'
 OPENCV_OWN_DEFAULT = 2 ** 30  # OpenCV's limit where the variable is unset when it loads
 

@@ -12,6 +12,8 @@ from .known_warnings import silence_known_warnings
 
 # 16384 x 8192: far above any dataset image, far below a decoding bomb
 DEFAULT_MAX_PIXELS = 2 ** 27
+# far above any dataset image's file (a 16384 x 8192 PNG of noise is 400 MB; dataset images are a few MB)
+DEFAULT_MAX_BYTES = 256 * 2 ** 20
 OPENCV_LIMIT_VAR = 'OPENCV_IO_MAX_IMAGE_PIXELS'
 
 

@@ -19,6 +19,10 @@ from ..io.output_files import writing
 
 BACKBONE_OUTPUTS = ['stride4', 'stride8', 'stride16', 'stride32']
 SEGMENTOR_OUTPUTS = ['logits', 'labels']
+# --check on images: onnxruntime's and PyTorch's label maps agree on this share of the pixels at least
+# (argmax ties of float rounding may differ), their logits by at most this much
+MIN_PIXEL_AGREEMENT = 0.999
+MAX_LOGITS_DIFFERENCE = 1e-3
 
 
 class TensorForward(nn.Module):
@@ -136,6 +140,28 @@ def max_abs_error(path: str, module: nn.Module, image: torch.Tensor) -> float:
     if len(outputs) != len(expected):
         raise ValueError(f'{path} gives {len(outputs)} outputs, PyTorch {len(expected)}')
     return max(float(np.abs(out - ref.numpy()).max()) for out, ref in zip(outputs, expected))
+
+
+def check_segmentation(path: str, module: nn.Module, images: Sequence[str]) -> List[dict]:
+    """onnxruntime's file at ``path`` beside ``module`` (``SegmentorForward``) on each image, prepared as
+    ``tools/infer_onnx.py`` prepares it from the file's metadata: per image the share of pixels whose
+    labels agree, the logits' largest difference and whether both are within ``MIN_PIXEL_AGREEMENT``
+    and ``MAX_LOGITS_DIFFERENCE``. An image that cannot be read raises ValueError or FileNotFoundError."""
+    from xcit_launch.onnx_segmentation import SegmentationModel, read_image
+
+    from ..pixel_limit import DEFAULT_MAX_BYTES
+    runtime = SegmentationModel(path)
+    rows = []
+    for image_path in images:
+        image = runtime.network_input(read_image(image_path, DEFAULT_MAX_BYTES))
+        logits, labels = runtime.session.run(SEGMENTOR_OUTPUTS, {'image': image})
+        with torch.no_grad():
+            expected_logits, expected_labels = module.eval()(torch.from_numpy(image))
+        agreement = float((labels == expected_labels.numpy()).mean())
+        difference = float(np.abs(logits - expected_logits.numpy()).max())
+        rows.append(dict(image=image_path, pixel_agreement=agreement, logits_difference=difference,
+                         within=agreement >= MIN_PIXEL_AGREEMENT and difference <= MAX_LOGITS_DIFFERENCE))
+    return rows
 
 
 def segmentation_metadata(cfg, model: nn.Module) -> Dict[str, str]:

@@ -9,5 +9,7 @@ the install and a bare GPU machine can use them. ``tools/`` holds their command 
 (rendezvous address, one-line failure reports); ``preflight``: the config and data-file check
 before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
 architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
-``linkless_writes``: the toolkit's output files, written through no link.
+``linkless_writes``: the toolkit's output files, written through no link; ``image_names``: the
+inference tools' inputs and picture names; ``onnx_segmentation``: an exported segmentor run with
+onnxruntime, numpy and OpenCV (``tools/infer_onnx.py``).
 """

@@ -1,0 +1,109 @@
+"""tools/infer_onnx.py: a segmentor's ONNX file run without torch or OpenMMLab, on a graph built here with
+onnx's helpers (logits = the RGB channels, so the label map is known from the image's colours): its
+metadata's resize and palette, results.json as tools/infer.py writes it, and the decoding limits."""
+import json
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import onnx
+import pytest
+from helpers import ROOT
+from onnx import TensorProto, helper
+from pycocotools import mask as mask_utils
+
+# imported by none of the tool's modules: each raises ImportError in the tool's process
+BLOCKED = ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'xcit_dense', 'PIL')
+RUN_BLOCKED = f'''
+import runpy, sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {BLOCKED!r}:
+            raise ImportError('blocked in this test: ' + name)
+sys.meta_path.insert(0, Blocked())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+PALETTE = [[0, 255, 0], [255, 255, 255], [255, 0, 255]]  # RGB, per class
+
+
+def colour_classes_model(path, scale):
+    """A (1, 3, H, W) image to logits equal to its channels (1x1 identity convolution) and their argmax,
+    with the metadata of tools/export_onnx.py: RGB order, so red is class 0 and blue class 2."""
+    weight = helper.make_tensor('weight', TensorProto.FLOAT, [3, 3, 1, 1], np.eye(3, dtype=np.float32).ravel())
+    graph = helper.make_graph(
+        [helper.make_node('Conv', ['image', 'weight'], ['logits']),
+         helper.make_node('ArgMax', ['logits'], ['labels'], axis=1, keepdims=0)],
+        'colours', [helper.make_tensor_value_info('image', TensorProto.FLOAT, [1, 3, 'h', 'w'])],
+        [helper.make_tensor_value_info('logits', TensorProto.FLOAT, [1, 3, 'h', 'w']),
+         helper.make_tensor_value_info('labels', TensorProto.INT64, [1, 'h', 'w'])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
+    model.ir_version = 8
+    meta = dict(task='segmentation', classes=['red', 'other', 'blue'], palette=PALETTE, mean=[0, 0, 0],
+                std=[255, 255, 255], bgr_to_rgb=True, scale=scale, keep_ratio=True)
+    helper.set_model_props(model, {key: json.dumps(value) for key, value in meta.items()})
+    onnx.save(model, str(path))
+
+
+def run_infer_onnx(*args, cwd):
+    return subprocess.run([sys.executable, '-c', RUN_BLOCKED, str(ROOT / 'tools/infer_onnx.py'), *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_segments_pictures_and_limits_without_torch(tmp_path):
+    """Half red, half blue, through the file's resize to 32x32 and back: two segments of 2048 pixels, each
+    mask its half (pycocotools decodes them); the picture blends each half with its class's colour; a
+    file over --max-bytes and a file that is no image are reported in results.json, exit status 1."""
+    model = tmp_path / 'colours.onnx'
+    colour_classes_model(model, scale=[32, 32])
+    images = tmp_path / 'images'
+    images.mkdir()
+    image = np.zeros((64, 64, 3), np.uint8)
+    image[:, :32, 2], image[:, 32:, 0] = 255, 255  # BGR: red left, blue right
+    cv2.imwrite(str(images / 'halves.png'), image)
+    cv2.imwrite(str(images / 'noise.png'), np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8))
+    (images / 'notes.txt').write_text('not an image')
+    out = tmp_path / 'out'
+    proc = run_infer_onnx(model, images, '--out', out, '--min-size', 64, '--max-bytes', 4000, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert 'blocked in this test' not in proc.stderr, proc.stderr
+    results = json.loads((out / 'results.json').read_text())
+    assert results['task'] == 'segmentation' and results['classes'] == ['red', 'other', 'blue']
+    halves, noise, notes = results['images']
+    assert [(s['label'], s['class'], s['area']) for s in halves['segments']] == [(0, 'red', 2048), (2, 'blue', 2048)]
+    left = np.zeros((64, 64), np.uint8)
+    left[:, :32] = 1
+    assert (mask_utils.decode(halves['segments'][0]['mask']) == left).all()
+    assert (mask_utils.decode(halves['segments'][1]['mask']) == 1 - left).all()
+    picture = cv2.imread(halves['picture'])
+    assert picture.shape == (64, 64, 3)
+    np.testing.assert_allclose(picture[5, 5], [0, 128, 128], atol=1)  # red + green, halves (BGR)
+    np.testing.assert_allclose(picture[5, 60], [255, 0, 128], atol=1)  # blue + magenta
+    assert 'too many bytes' in noise['error'] and 'not an image' in notes['error'], results
+    assert '1 of 3 images done' in proc.stdout
+
+
+def test_pixel_limit_is_openCVs_from_the_header(tmp_path):
+    """--max-pixels reaches OpenCV before it loads: a 64x64 image over a limit of 1000 pixels is refused."""
+    model = tmp_path / 'colours.onnx'
+    colour_classes_model(model, scale=None)
+    cv2.imwrite(str(tmp_path / 'image.png'), np.zeros((64, 64, 3), np.uint8))
+    proc = run_infer_onnx(model, tmp_path / 'image.png', '--out', tmp_path / 'out', '--max-pixels', 1000,
+                          cwd=tmp_path)
+    assert proc.returncode == 1
+    assert 'too many pixels' in json.loads((tmp_path / 'out/results.json').read_text())['images'][0]['error']
+
+
+@pytest.mark.parametrize('props', [{}, {'task': '"detection"'}])
+def test_a_file_without_segmentation_metadata_is_refused(tmp_path, props):
+    model = tmp_path / 'plain.onnx'
+    colour_classes_model(model, scale=None)
+    loaded = onnx.load(str(model))
+    del loaded.metadata_props[:]
+    helper.set_model_props(loaded, props)
+    onnx.save(loaded, str(model))
+    cv2.imwrite(str(tmp_path / 'image.png'), np.zeros((8, 8, 3), np.uint8))
+    proc = run_infer_onnx(model, tmp_path / 'image.png', '--out', tmp_path / 'out', cwd=tmp_path)
+    assert proc.returncode == 1 and 'not a segmentor of tools/export_onnx.py --whole' in proc.stderr, proc.stderr
+    assert not (tmp_path / 'out').exists()

@@ -22,6 +22,8 @@ from .entry_point import OPENCV_LIMIT_VAR
 
 # how the toolkit's pipelines decode images: colour, EXIF orientation ignored
 OPENCV_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
+# OpenCV's resize takes at most this many channels at once (ADE20K has 150 classes)
+OPENCV_MAX_CHANNELS = 128
 OVERLAY_ALPHA = 0.5  # the label map's weight in a picture, as tools/infer.py draws it
 
 
@@ -83,10 +85,12 @@ class SegmentationModel:
         """The label map (int64, the image's height and width) of a BGR image."""
         logits = self.session.run(['logits'], {'image': self.network_input(image)})[0][0]
         height, width = image.shape[:2]
-        if logits.shape[1:] != (height, width):
-            logits = cv2.resize(logits.transpose(1, 2, 0), (width, height), interpolation=cv2.INTER_LINEAR)
-            logits = logits.reshape(height, width, -1).transpose(2, 0, 1)  # one class comes back 2-D
-        return logits.argmax(0)
+        if logits.shape[1:] == (height, width):
+            return logits.argmax(0)
+        resized = [cv2.resize(np.ascontiguousarray(logits[first:first + OPENCV_MAX_CHANNELS].transpose(1, 2, 0)),
+                              (width, height), interpolation=cv2.INTER_LINEAR).reshape(height, width, -1)
+                   for first in range(0, len(logits), OPENCV_MAX_CHANNELS)]  # one class comes back 2-D
+        return np.concatenate(resized, axis=2).argmax(2)
 
 
 def encode_mask(mask: np.ndarray) -> Dict[str, object]:

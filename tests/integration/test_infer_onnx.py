@@ -1,6 +1,7 @@
 """tools/infer_onnx.py: a segmentor's ONNX file run without torch or OpenMMLab, on a graph built here with
 onnx's helpers (logits = the RGB channels, so the label map is known from the image's colours): its
-metadata's resize and palette, results.json as tools/infer.py writes it, and the decoding limits."""
+metadata's resize and palette, results.json as tools/infer.py writes it, and the decoding limits; and
+(slow) a Semantic FPN exported by tools/export_onnx.py, checked on images, then run by it."""
 import json
 import subprocess
 import sys
@@ -9,9 +10,13 @@ import cv2
 import numpy as np
 import onnx
 import pytest
-from helpers import ROOT
+from helpers import ROOT, randomize_, run_tool_in_process
 from onnx import TensorProto, helper
 from pycocotools import mask as mask_utils
+
+from xcit_dense.analysis.onnx_export import SegmentorForward, check_segmentation
+from xcit_dense.builder import build_model
+from xcit_launch.onnx_segmentation import SegmentationModel
 
 # imported by none of the tool's modules: each raises ImportError in the tool's process
 BLOCKED = ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'xcit_dense', 'PIL')
@@ -54,7 +59,8 @@ def run_infer_onnx(*args, cwd):
 def test_segments_pictures_and_limits_without_torch(tmp_path):
     """Half red, half blue, through the file's resize to 32x32 and back: two segments of 2048 pixels, each
     mask its half (pycocotools decodes them); the picture blends each half with its class's colour; a
-    file over --max-bytes and a file that is no image are reported in results.json, exit status 1."""
+    file over --max-bytes, one over --max-pixels (OpenCV's limit, from its header) and a file that is
+    no image are reported in results.json, exit status 1."""
     model = tmp_path / 'colours.onnx'
     colour_classes_model(model, scale=[32, 32])
     images = tmp_path / 'images'
@@ -62,15 +68,17 @@ def test_segments_pictures_and_limits_without_torch(tmp_path):
     image = np.zeros((64, 64, 3), np.uint8)
     image[:, :32, 2], image[:, 32:, 0] = 255, 255  # BGR: red left, blue right
     cv2.imwrite(str(images / 'halves.png'), image)
+    cv2.imwrite(str(images / 'large.png'), np.zeros((128, 128, 3), np.uint8))  # few bytes, many pixels
     cv2.imwrite(str(images / 'noise.png'), np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8))
     (images / 'notes.txt').write_text('not an image')
     out = tmp_path / 'out'
-    proc = run_infer_onnx(model, images, '--out', out, '--min-size', 64, '--max-bytes', 4000, cwd=tmp_path)
+    proc = run_infer_onnx(model, images, '--out', out, '--min-size', 64, '--max-bytes', 4000,
+                          '--max-pixels', 5000, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert 'blocked in this test' not in proc.stderr, proc.stderr
     results = json.loads((out / 'results.json').read_text())
     assert results['task'] == 'segmentation' and results['classes'] == ['red', 'other', 'blue']
-    halves, noise, notes = results['images']
+    halves, large, noise, notes = results['images']
     assert [(s['label'], s['class'], s['area']) for s in halves['segments']] == [(0, 'red', 2048), (2, 'blue', 2048)]
     left = np.zeros((64, 64), np.uint8)
     left[:, :32] = 1
@@ -80,30 +88,50 @@ def test_segments_pictures_and_limits_without_torch(tmp_path):
     assert picture.shape == (64, 64, 3)
     np.testing.assert_allclose(picture[5, 5], [0, 128, 128], atol=1)  # red + green, halves (BGR)
     np.testing.assert_allclose(picture[5, 60], [255, 0, 128], atol=1)  # blue + magenta
-    assert 'too many bytes' in noise['error'] and 'not an image' in notes['error'], results
-    assert '1 of 3 images done' in proc.stdout
+    assert 'too many pixels' in large['error'] and 'too many bytes' in noise['error'], results
+    assert 'not an image' in notes['error'], results
+    assert '1 of 4 images done' in proc.stdout
 
 
-def test_pixel_limit_is_openCVs_from_the_header(tmp_path):
-    """--max-pixels reaches OpenCV before it loads: a 64x64 image over a limit of 1000 pixels is refused."""
-    model = tmp_path / 'colours.onnx'
-    colour_classes_model(model, scale=None)
-    cv2.imwrite(str(tmp_path / 'image.png'), np.zeros((64, 64, 3), np.uint8))
-    proc = run_infer_onnx(model, tmp_path / 'image.png', '--out', tmp_path / 'out', '--max-pixels', 1000,
-                          cwd=tmp_path)
-    assert proc.returncode == 1
-    assert 'too many pixels' in json.loads((tmp_path / 'out/results.json').read_text())['images'][0]['error']
-
-
-@pytest.mark.parametrize('props', [{}, {'task': '"detection"'}])
-def test_a_file_without_segmentation_metadata_is_refused(tmp_path, props):
+def test_a_file_without_segmentation_metadata_is_refused(tmp_path):
+    """Another task's file (a detector's, when there is one) is refused before any image is read."""
     model = tmp_path / 'plain.onnx'
     colour_classes_model(model, scale=None)
     loaded = onnx.load(str(model))
     del loaded.metadata_props[:]
-    helper.set_model_props(loaded, props)
+    helper.set_model_props(loaded, {'task': '"detection"'})
     onnx.save(loaded, str(model))
-    cv2.imwrite(str(tmp_path / 'image.png'), np.zeros((8, 8, 3), np.uint8))
-    proc = run_infer_onnx(model, tmp_path / 'image.png', '--out', tmp_path / 'out', cwd=tmp_path)
-    assert proc.returncode == 1 and 'not a segmentor of tools/export_onnx.py --whole' in proc.stderr, proc.stderr
-    assert not (tmp_path / 'out').exists()
+    with pytest.raises(ValueError, match='not a segmentor of tools/export_onnx.py --whole'):
+        SegmentationModel(str(model))
+
+
+@pytest.mark.slow  # an export and checks at 512x512 (135 s on 2 busy cores, 2026-12-06)
+def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_path, seg_data):
+    """Semantic FPN traced at 64x64 and checked at 512x512 (the config's test resize, from the file's
+    metadata): --whole --check --images gives each image's pixel agreement and logits difference, all within
+    the tolerances (exit status 0; exported as built, mmseg's Upsample keeps the traced size and they are
+    not); the file's metadata names the classes; the same comparison against other weights is beyond the
+    tolerances; and tools/infer_onnx.py runs the file where torch and OpenMMLab cannot be imported."""
+    out, config = tmp_path / 'segmentor.onnx', tmp_path / 'tiny.py'
+    config.write_text(f"_base_ = {str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')!r}\n"
+                      'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '
+                      'neck=dict(in_channels=[64] * 4))\n')
+    images = seg_data / 'images' / 'validation'
+    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--whole', '--shape', '64', '64', '--check',
+                               '--images', images, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(f'{images}/') and 'pixels agreeing' in line]
+    assert len(lines) == 4 and '4 of 4 images within tolerance' in proc.stdout, proc.stdout[-3000:]
+    assert 'BEYOND' not in proc.stdout
+    meta = {p.key: json.loads(p.value) for p in onnx.load(str(out)).metadata_props}
+    assert len(meta['classes']) == len(meta['palette']) == 150 and meta['scale'] == [2048, 512], meta
+    other = randomize_(build_model(str(config), {'model.backbone.fast_layers': False,
+                                                 'model.backbone.init_cfg': None}), seed=1)
+    first = sorted(map(str, images.iterdir()))[:1]
+    assert not check_segmentation(str(out), SegmentorForward(other), first)[0]['within']
+    proc = run_infer_onnx(out, images, '--out', tmp_path / 'pictures', cwd=tmp_path)
+    assert proc.returncode == 0 and '4 of 4 images done' in proc.stdout, proc.stderr
+    results = json.loads((tmp_path / 'pictures/results.json').read_text())
+    for result in results['images']:
+        assert sum(segment['area'] for segment in result['segments']) == 64 * 64, result['image']
+        assert cv2.imread(result['picture']).shape == (384, 384, 3)

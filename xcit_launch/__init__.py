@@ -10,6 +10,7 @@ the install and a bare GPU machine can use them. ``tools/`` holds their command 
 before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
 architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
 ``linkless_writes``: the toolkit's output files, written through no link; ``image_names``: the
-inference tools' inputs and picture names; ``onnx_segmentation``: an exported segmentor run with
+inference tools' inputs and picture names; ``decode_work``: the bounds on an image file's decoding
+work, checked before a decoder opens it; ``onnx_segmentation``: an exported segmentor run with
 onnxruntime, numpy and OpenCV (``tools/infer_onnx.py``).
 """

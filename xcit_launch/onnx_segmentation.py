@@ -8,8 +8,9 @@ The file carries what the caller does around it in its ``metadata_props`` (JSON 
 are resized to the image's size (bilinear) before their argmax, as mmseg's ``predict`` does.
 
 Images are decoded as the toolkit decodes them (OpenCV, EXIF orientation ignored), files over a byte
-limit refused before they are opened, and images over a pixel limit refused by OpenCV from their header
-(its variable ``OPENCV_IO_MAX_IMAGE_PIXELS``, read once when OpenCV loads: the tool sets it first).
+limit or beyond the bounds of ``decode_work`` refused before a decoder opens them, and images over a
+pixel limit refused by OpenCV from their header (its variable ``OPENCV_IO_MAX_IMAGE_PIXELS``, read
+once when OpenCV loads: the tool sets it first).
 """
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 import cv2
 import numpy as np
 
+from .decode_work import decode_work_problem
 from .entry_point import OPENCV_LIMIT_VAR
 
 # how the toolkit's pipelines decode images: colour, EXIF orientation ignored
@@ -29,12 +31,16 @@ OVERLAY_ALPHA = 0.5  # the label map's weight in a picture, as tools/infer.py dr
 
 def read_image(path: str, max_bytes: int) -> np.ndarray:
     """The BGR image at ``path``; FileNotFoundError, or ValueError with the reason (over ``max_bytes`` on
-    disk, checked before it is opened; over OpenCV's pixel limit; not an image)."""
+    disk, checked before it is opened; too much work for a decoder, ``decode_work``; over OpenCV's pixel
+    limit; not an image)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f'{path}: no such file')
     on_disk = os.stat(path).st_size
     if on_disk > max_bytes:
         raise ValueError(f'{path}: too many bytes: {on_disk} bytes on disk, over the limit of {max_bytes}')
+    work = decode_work_problem(path)
+    if work:
+        raise ValueError(f'{path}: too much work to decode: {work}')
     try:
         image = cv2.imread(path, OPENCV_FLAGS)
     except cv2.error as exc:

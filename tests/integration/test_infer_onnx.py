@@ -10,12 +10,14 @@ import cv2
 import numpy as np
 import onnx
 import pytest
+from bad_data import jpeg_of_repeated_scans
 from helpers import ROOT, randomize_, run_tool_in_process
 from onnx import TensorProto, helper
 from pycocotools import mask as mask_utils
 
 from xcit_dense.analysis.onnx_export import SegmentorForward, check_segmentation
 from xcit_dense.builder import build_model
+from xcit_launch.decode_work import MAX_SCANS
 from xcit_launch.onnx_segmentation import SegmentationModel
 
 # imported by none of the tool's modules: each raises ImportError in the tool's process
@@ -59,8 +61,9 @@ def run_infer_onnx(*args, cwd):
 def test_segments_pictures_and_limits_without_torch(tmp_path):
     """Half red, half blue, through the file's resize to 32x32 and back: two segments of 2048 pixels, each
     mask its half (pycocotools decodes them); the picture blends each half with its class's colour; a
-    file over --max-bytes, one over --max-pixels (OpenCV's limit, from its header) and a file that is
-    no image are reported in results.json, exit status 1."""
+    file over --max-bytes, one over --max-pixels (OpenCV's limit, from its header), a JPEG of too many
+    scans (decode_work's bounds, as tools/infer.py's) and a file that is no image are reported in
+    results.json, exit status 1."""
     model = tmp_path / 'colours.onnx'
     colour_classes_model(model, scale=[32, 32])
     images = tmp_path / 'images'
@@ -71,6 +74,7 @@ def test_segments_pictures_and_limits_without_torch(tmp_path):
     cv2.imwrite(str(images / 'large.png'), np.zeros((128, 128, 3), np.uint8))  # few bytes, many pixels
     cv2.imwrite(str(images / 'noise.png'), np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8))
     (images / 'notes.txt').write_text('not an image')
+    jpeg_of_repeated_scans(images / 'scans.jpg', MAX_SCANS + 1, side=8)
     out = tmp_path / 'out'
     proc = run_infer_onnx(model, images, '--out', out, '--min-size', 64, '--max-bytes', 4000,
                           '--max-pixels', 5000, cwd=tmp_path)
@@ -78,7 +82,7 @@ def test_segments_pictures_and_limits_without_torch(tmp_path):
     assert 'blocked in this test' not in proc.stderr, proc.stderr
     results = json.loads((out / 'results.json').read_text())
     assert results['task'] == 'segmentation' and results['classes'] == ['red', 'other', 'blue']
-    halves, large, noise, notes = results['images']
+    halves, large, noise, notes, scans = results['images']
     assert [(s['label'], s['class'], s['area']) for s in halves['segments']] == [(0, 'red', 2048), (2, 'blue', 2048)]
     left = np.zeros((64, 64), np.uint8)
     left[:, :32] = 1
@@ -90,7 +94,8 @@ def test_segments_pictures_and_limits_without_torch(tmp_path):
     np.testing.assert_allclose(picture[5, 60], [255, 0, 128], atol=1)  # blue + magenta
     assert 'too many pixels' in large['error'] and 'too many bytes' in noise['error'], results
     assert 'not an image' in notes['error'], results
-    assert '1 of 4 images done' in proc.stdout
+    assert f'too much work to decode: a JPEG of more than {MAX_SCANS} scans' in scans['error'], results
+    assert '1 of 5 images done' in proc.stdout
 
 
 def test_a_file_without_segmentation_metadata_is_refused(tmp_path):

@@ -2,9 +2,9 @@
 folder, a file that exists and whose size on disk is within a limit (a sparse file of a gigabyte can
 carry a small image's header), a header whose size is within a pixel limit (a few bytes can declare
 40000x40000 pixels, gigabytes once decoded), a JPEG's scans and markers and a PNG's chunks
-within the bounds of ``decode_work`` (a decoder's time grows with them), and on request a full decode by the decoder the
-pipelines use (OpenCV for images, PIL for label maps), so that a check and training agree on what
-is readable.
+within the bounds of ``xcit_launch.decode_work`` (a decoder's time grows with them), and on request
+a full decode by the decoder the pipelines use (OpenCV for images, PIL for label maps), so that a
+check and training agree on what is readable.
 
 Headers are read by PIL. An image in a format PIL does not read (Radiance HDR, OpenEXR, ...) is
 decoded by OpenCV, whose own pixel limit applies (``xcit_dense/pixel_limit.py``). EXIF orientation
@@ -24,6 +24,8 @@ import cv2
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from xcit_launch.decode_work import decode_work_problem
+
 from ..pixel_limit import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_PIXELS,
@@ -32,7 +34,6 @@ from ..pixel_limit import (
     OPENCV_LIMIT_VAR,
     opencv_limit,
 )
-from .decode_work import decode_work_problem
 from .problems import (
     LABELS_OUTSIDE,
     MISSING_IMAGE,

@@ -1,5 +1,6 @@
 """Bounds on the work of parsing and decoding a JPEG or PNG, checked in one linear pass over its
-bytes before any decoder opens it (``files.check_image_file``).
+bytes before any decoder opens it (``xcit_dense/datasets/files.py``'s ``check_image_file``; the torch-free
+``onnx_segmentation.read_image``). Standard library only.
 
 The pixel limit bounds a decoder's memory, not its time. A progressive JPEG may repeat a scan of a
 hundred bytes thousands of times, and each scan is a pass over the whole picture (about 66 ms at

@@ -50,9 +50,9 @@ def test_bin_means_equal_the_adaptive_pool_at_any_size():
 
 @pytest.mark.slow  # an export of its own (79 s on 2 busy cores, 2026-12-06)
 def test_upernet_with_dynamic_size(tmp_path):
-    """One file for every size: logits within 1e-4 and the same label map as the model as built (not the
-    export's copy), at the traced size and at one not divisible by 32 (exported as built, onnxruntime
-    refuses the pyramid pooling's graph there: "Gather ... indices element out of data bounds").
+    """One file for every size: logits within 1e-6 (1e-8 measured; they are about 0.06) and the same label
+    map as the model as built (not the export's copy), at the traced size and at one not divisible by 32
+    (exported as built, the pyramid pooling keeps the traced size's bins: 1e-5 off at 100x70).
     tests/integration/test_infer_onnx.py exports a Semantic FPN (mmseg's Upsample) through the tool."""
     options = {**TINY, 'model.backbone.fast_layers': False, 'model.decode_head.in_channels': [64] * 4,
                'model.decode_head.channels': 32, 'model.auxiliary_head.in_channels': 64}
@@ -66,7 +66,7 @@ def test_upernet_with_dynamic_size(tmp_path):
         with torch.no_grad():
             expected_logits, expected_labels = SegmentorForward(model)(image)
         assert labels.shape == (1, *shape)
-        assert abs(logits - expected_logits.numpy()).max() < 1e-4, shape
+        assert abs(logits - expected_logits.numpy()).max() < 1e-6, shape
         assert (labels == expected_labels.numpy()).mean() == 1, shape
 
 

@@ -110,7 +110,7 @@ def test_a_file_without_segmentation_metadata_is_refused(tmp_path):
         SegmentationModel(str(model))
 
 
-@pytest.mark.slow  # an export and checks at 512x512 (135 s on 2 busy cores, 2026-12-06)
+@pytest.mark.slow  # an export and checks at 512x512 (104-135 s on 2 busy cores, 2026-12-06)
 def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_path, seg_data):
     """Semantic FPN traced at 64x64 and checked at 512x512 (the config's test resize, from the file's
     metadata): --whole --check --images gives each image's pixel agreement and logits difference, all within

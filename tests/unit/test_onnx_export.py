@@ -48,7 +48,7 @@ def test_bin_means_equal_the_adaptive_pool_at_any_size():
             torch.testing.assert_close(BinMeanPool(rows, cols)(x), expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.slow  # an export of its own (79 s on 2 busy cores, 2026-12-06)
+@pytest.mark.slow  # an export of its own (78-79 s on 2 busy cores, 2026-12-06)
 def test_upernet_with_dynamic_size(tmp_path):
     """One file for every size: logits within 1e-6 (1e-8 measured; they are about 0.06) and the same label
     map as the model as built (not the export's copy), at the traced size and at one not divisible by 32

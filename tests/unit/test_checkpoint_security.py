@@ -501,6 +501,8 @@ def test_a_scheduler_or_optimizer_state_that_does_not_fit_the_built_ones_is_refu
     optimizer.step()
     saved = optimizer.state_dict()
     check_optimizer_fits(saved, optimizer)
+    with pytest.raises(CheckpointError, match='holds the states of several optimizers, the config builds one'):
+        check_optimizer_fits({'a': saved, 'b': saved}, optimizer)
     saved['state'][1]['exp_avg'] = torch.zeros(3)
     with pytest.raises(CheckpointError, match=re.escape("its optimizer state 1 'exp_avg' is of shape (3,), its "
                                                         'parameter of (2,)')):

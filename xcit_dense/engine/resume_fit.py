@@ -40,6 +40,8 @@ def check_optimizer_fits(saved: dict, built: torch.optim.Optimizer) -> None:
     same parameter indices, and each state tensor a scalar or of its parameter's shape (torch's
     ``load_state_dict`` checks the group sizes only; a tensor of another shape fails at the first step).
     Raises CheckpointError naming the group or the parameter."""
+    if 'param_groups' not in saved:  # (the schema also allows a dict of several optimizers' states)
+        raise CheckpointError('its optimizer holds the states of several optimizers, the config builds one')
     own = built.state_dict()['param_groups']
     groups = saved['param_groups']
     if len(groups) != len(own):

@@ -183,7 +183,8 @@ class Resume:
     def choose(cls, work_dir: str, asked: Optional[str], fit: Optional[ResumeFit] = None) -> 'Resume':
         """Decide what to resume from, and read it. A restarted group continues from the newest
         checkpoint of the work dir (that fits the run, given ``fit``), or else from the one ``--resume``
-        names; ``--resume`` alone takes the newest (none yet: the beginning). Raises CheckpointError."""
+        names; ``--resume`` alone takes the newest (none yet: the beginning). Raises CheckpointError or
+        FileNotFoundError."""
         restarted = restart()
         if restarted.count:  # as if --resume were given: the newest checkpoint first
             asked = asked or 'auto'

@@ -5,7 +5,8 @@ torch nor mmengine (``preflight`` imports mmengine's Config only; ``torchrun.mai
 ``mmcv_build.main`` import torch when they run), so that the launch scripts, the mmcv build before
 the install and a bare GPU machine can use them. ``tools/`` holds their command lines as shims.
 
-``netif``: the address and interface that reach the master; ``torchrun``: the torchrun wrapper
+``netif``: the address and interface that reach the master; ``launch_layout``: a launch's nodes,
+node rank and master from the user's or a Kubeflow job's variables; ``torchrun``: the torchrun wrapper
 (rendezvous address, one-line failure reports); ``preflight``: the config and data-file check
 before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_arch``: which CUDA
 architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;

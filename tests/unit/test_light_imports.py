@@ -17,7 +17,7 @@ SCANNED = ('tools/*.py', 'xcit_dense/**/*.py', 'xcit_launch/**/*.py', 'gpu_check
 # stdlib-only modules (onnx_segmentation: numpy, OpenCV and onnxruntime); preflight imports mmengine's
 # Config and nothing heavier
 LIGHT = ('netif', 'torchrun', 'known_warnings', 'cuda_arch', 'mmcv_build', 'mmcv_subset', 'linkless_writes',
-         'image_names', 'decode_work', 'onnx_segmentation')
+         'image_names', 'decode_work', 'onnx_segmentation', 'launch_layout')
 # the GPU check's modules that run on a lent machine before the stack is installed
 GPU_CHECK_LIGHT = ('bounded', 'device_check', 'bundle')
 

@@ -26,10 +26,9 @@ node_gpus() {
     || echo 0
 }
 
-require_devices() {  # require_devices COUNT
-  local gpus; gpus="$(node_gpus)"
-  if [ "$gpus" -gt 0 ]; then
-    [ "$1" -le "$gpus" ] || die "GPUS=$1 but this node has $gpus GPU(s)"
+require_devices() {  # require_devices COUNT NODE_GPUS (node_gpus' count)
+  if [ "$2" -gt 0 ]; then
+    [ "$1" -le "$2" ] || die "GPUS=$1 but this node has $2 GPU(s)"
   else
     local cores; cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc obeys both
     [ "$1" -le "$cores" ] || die "GPUS=$1 processes but this node has no GPU and only $cores CPU cores"
@@ -40,38 +39,31 @@ require_port() {  # require_port NAME VALUE
   [[ "$2" =~ ^[1-9][0-9]{0,4}$ ]] && [ "$2" -le 65535 ] || die "$1 must be a port number (1-65535), got '$2'"
 }
 
-require_free_port() {  # require_free_port ADDR PORT
-  require_port PORT "$2"
-  "$PYTHON" - "$1" "$2" <<'PY' || die "port $2 on $1 is already in use: set PORT to a free one"
-import socket, sys
-with socket.socket() as s:
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((sys.argv[1], int(sys.argv[2])))
-    except OSError:
-        sys.exit(1)
-PY
-}
-
 preflight() {  # preflight train|test CONFIG [tool args]: one message and exit 2 if the run cannot start
   "$PYTHON" "$ROOT/tools/preflight.py" "$@" || exit 2
 }
 
-# Checks NNODES / NODE_RANK / MASTER_ADDR / PORT (with defaults) for a torchrun launch of
-# GPUS processes on this node; the port must be free on node 0, which serves it.
-# The checks of the values alone come first: a wrong one fails before anything imports torch.
+# Sets NNODES / NODE_RANK / MASTER_ADDR / PORT for a torchrun launch of GPUS processes on this node:
+# the user's variables, else a Kubeflow PyTorchJob's or TrainJob's (xcit_launch/launch_layout.py,
+# which also refuses values that disagree), else 1 / 0 / 127.0.0.1 / 29500; logs one line naming
+# where each came from. Node 0 checks that the port is free when the master is this machine.
+# The user's values are checked by their form first: a wrong one fails before anything starts Python.
 torchrun_layout() {
   require_positive_int GPUS "$GPUS"
-  NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0} MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} PORT=${PORT:-29500}
-  require_positive_int NNODES "$NNODES"
-  require_port PORT "$PORT"
-  [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
-    || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
+  [ -z "${NNODES:-}" ] || require_positive_int NNODES "$NNODES"
+  [ -z "${PORT:-}" ] || require_port PORT "$PORT"
+  if [ -n "${NODE_RANK:-}" ] && [ -n "${NNODES:-}" ]; then
+    [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
+      || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
+  fi
   RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} MAX_RESTARTS=${MAX_RESTARTS:-0}
   require_positive_int RDZV_TIMEOUT "$RDZV_TIMEOUT"
   [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
-  require_devices "$GPUS"
-  [ "$NODE_RANK" != 0 ] || require_free_port "$MASTER_ADDR" "$PORT"
+  local gpus layout; gpus="$(node_gpus)"
+  require_devices "$GPUS" "$gpus"
+  layout="$("$PYTHON" "$ROOT/tools/launch_layout.py" "$GPUS" "$gpus")" || exit 2
+  { read -r NNODES; read -r NODE_RANK; read -r MASTER_ADDR; read -r PORT; read -r layout; } <<<"$layout"
+  echo "$layout"
 }
 
 # The torchrun options (TORCHRUN_ARGS) after torchrun_layout. RDZV_TIMEOUT: seconds the rendezvous
@@ -79,7 +71,12 @@ torchrun_layout() {
 # agents restart the whole group up to N times after a failure (c10d rendezvous at
 # MASTER_ADDR:PORT, node 0 hosting it, RDZV_ID default xcit-PORT); the restarted group resumes
 # from the newest complete checkpoint by itself.
+# torchrun takes any option not given from PET_<OPTION>: the operators' variables, whose values the
+# layout now holds, are removed so that an elastic policy's rendezvous or PET_STANDALONE cannot
+# override it.
 torchrun_args() {
+  unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_STANDALONE \
+    PET_RDZV_BACKEND PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF PET_MAX_RESTARTS
   TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
   if [ "$MAX_RESTARTS" -gt 0 ]; then
     # a fresh store for each round (the agents' shared one keeps the keys of the failed round)

@@ -1,10 +1,13 @@
 """The launch layout from the environment (xcit_launch/launch_layout.py): the user's variables, a
 Kubeflow PyTorchJob's (old and new training-operator v1) or TrainJob's (Trainer v2), and the
-combinations refused; the master port check."""
+combinations refused; the master port check; and the launch scripts' use of it (tools/launch_common.sh)."""
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
+from helpers import ROOT
 
 from xcit_launch.launch_layout import Layout, launch_layout, main, master_port_taken
 
@@ -133,3 +136,20 @@ def test_main_prints_the_layout_or_one_error(monkeypatch, capsys):
     assert main(['4', '4']) == 2
     assert capsys.readouterr().err.startswith('error: PET_NNODES=1:2 is an elastic node range')
 
+
+def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variable():
+    """tools/launch_common.sh as dist_train.sh runs it, in a Trainer v2 pod of a CPU node (the GPU count,
+    torch's, is given as the unit tests above give it: importing torch would take seconds)."""
+    script = ('set -euo pipefail; source tools/launch_common.sh; node_gpus() { echo 0; }; GPUS=2; '
+              'torchrun_layout; torchrun_args; printf "%s\\n" "${TORCHRUN_ARGS[@]}"; '
+              'env | grep ^PET_ || true')
+    env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1}
+    env.update(TRAINER_V2, PET_NPROC_PER_NODE='cpu', PET_STANDALONE='', PET_RDZV_BACKEND='c10d', PYTHON=sys.executable)
+    proc = subprocess.run(['bash', '-c', script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        'launch layout: 2 node(s) (PET_NNODES), node rank 1 (PET_NODE_RANK), master job-node-0-0.job '
+        '(PET_MASTER_ADDR) port 29400 (PET_MASTER_PORT), 2 process(es) per node (GPUS; PET_NPROC_PER_NODE=cpu)',
+        '--nnodes=2', '--nproc_per_node=2', '--node_rank=1', '--master_addr=job-node-0-0.job', '--master_port=29400',
+        '--rdzv-conf=timeout=600']

@@ -73,10 +73,13 @@ torchrun_layout() {
 # from the newest complete checkpoint by itself.
 # torchrun takes any option not given from PET_<OPTION>: the operators' variables, whose values the
 # layout now holds, are removed so that an elastic policy's rendezvous or PET_STANDALONE cannot
-# override it.
+# override it. OMP_NUM_THREADS: torchrun's own rule, applied here so that torchrun prints no banner
+# about it: one OpenMP thread per process when it starts several and the variable is unset (a single
+# process keeps torch's default, all the cores it may use).
 torchrun_args() {
   unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_STANDALONE \
     PET_RDZV_BACKEND PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF PET_MAX_RESTARTS
+  [ "$GPUS" -eq 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
   if [ "$MAX_RESTARTS" -gt 0 ]; then
     # a fresh store for each round (the agents' shared one keeps the keys of the failed round)

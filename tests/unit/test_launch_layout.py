@@ -137,19 +137,20 @@ def test_main_prints_the_layout_or_one_error(monkeypatch, capsys):
     assert capsys.readouterr().err.startswith('error: PET_NNODES=1:2 is an elastic node range')
 
 
-def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variable():
+@pytest.mark.parametrize('gpus, threads', [(2, '1'), (1, 'unset')])
+def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variable(gpus, threads):
     """tools/launch_common.sh as dist_train.sh runs it, in a Trainer v2 pod of a CPU node (the GPU count,
-    torch's, is given as the unit tests above give it: importing torch would take seconds)."""
-    script = ('set -euo pipefail; source tools/launch_common.sh; node_gpus() { echo 0; }; GPUS=2; '
-              'torchrun_layout; torchrun_args; printf "%s\\n" "${TORCHRUN_ARGS[@]}"; '
-              'env | grep ^PET_ || true')
-    env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1}
+    torch's, is given as the unit tests above give it: importing torch would take seconds). OpenMP's
+    threads as torchrun sets them (one per process of several), so that torchrun prints no banner."""
+    script = ('set -euo pipefail; source tools/launch_common.sh; node_gpus() { echo 0; }; '
+              f'GPUS={gpus}; torchrun_layout; torchrun_args; printf "%s\\n" "${{TORCHRUN_ARGS[@]}}"; '
+              'env | grep ^PET_ || true; echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"')
+    env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1 and k != 'OMP_NUM_THREADS'}
     env.update(TRAINER_V2, PET_NPROC_PER_NODE='cpu', PET_STANDALONE='', PET_RDZV_BACKEND='c10d', PYTHON=sys.executable)
-    proc = subprocess.run(['bash', '-c', script], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(['bash', '-c', script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         'launch layout: 2 node(s) (PET_NNODES), node rank 1 (PET_NODE_RANK), master job-node-0-0.job '
-        '(PET_MASTER_ADDR) port 29400 (PET_MASTER_PORT), 2 process(es) per node (GPUS; PET_NPROC_PER_NODE=cpu)',
-        '--nnodes=2', '--nproc_per_node=2', '--node_rank=1', '--master_addr=job-node-0-0.job', '--master_port=29400',
-        '--rdzv-conf=timeout=600']
+        f'(PET_MASTER_ADDR) port 29400 (PET_MASTER_PORT), {gpus} process(es) per node (GPUS; PET_NPROC_PER_NODE=cpu)',
+        '--nnodes=2', f'--nproc_per_node={gpus}', '--node_rank=1', '--master_addr=job-node-0-0.job',
+        '--master_port=29400', '--rdzv-conf=timeout=600', f'OMP_NUM_THREADS={threads}']

@@ -33,6 +33,7 @@ HOST = re.compile(r'[A-Za-z0-9_.:%-]+')
 
 
 class Layout(NamedTuple):
+    """What torchrun is given on this node, and where each value came from (for the launch's log)."""
     nnodes: int
     node_rank: int
     master_addr: str

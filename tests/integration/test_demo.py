@@ -131,9 +131,14 @@ def demo_run(tmp_path_factory):
         rest="train_cfg = dict(max_epochs=1, val_interval=1)\n"
              "default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))\n")
     work = tmp / 'work'
-    env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable)
+    # OMP_NUM_THREADS unset, as in a user's shell: the launcher's own default applies
+    env = dict({k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'}, PORT=str(free_port()),
+               PYTHON=sys.executable)
     train = run('bash', 'tools/dist_train.sh', config, 2, '--work-dir', work, env=env)
     assert 'world size 2' in train.stdout + train.stderr
+    # no warning-level line from torchrun (its log lines start with the level's letter and the date:
+    # "W1206 02:42:33.123 ..."), such as its banner about OMP_NUM_THREADS
+    assert not re.findall(r'^W\d{4} .*', train.stdout + train.stderr, re.M)
     return tmp, config, work
 
 

@@ -46,7 +46,8 @@ preflight() {  # preflight train|test CONFIG [tool args]: one message and exit 2
 # Sets NNODES / NODE_RANK / MASTER_ADDR / PORT for a torchrun launch of GPUS processes on this node:
 # the user's variables, else a Kubeflow PyTorchJob's or TrainJob's (xcit_launch/launch_layout.py,
 # which also refuses values that disagree), else 1 / 0 / 127.0.0.1 / 29500; logs one line naming
-# where each came from. Node 0 checks that the port is free when the master is this machine.
+# where each came from (LAYOUT_LINE, printed by torchrun_args, after the preflight's checks, when a
+# job gave a value). Node 0 checks that the port is free when the master is this machine.
 # The user's values are checked by their form first: a wrong one fails before anything starts Python.
 torchrun_layout() {
   require_positive_int GPUS "$GPUS"
@@ -62,8 +63,7 @@ torchrun_layout() {
   local gpus layout; gpus="$(node_gpus)"
   require_devices "$GPUS" "$gpus"
   layout="$("$PYTHON" "$ROOT/tools/launch_layout.py" "$GPUS" "$gpus")" || exit 2
-  { read -r NNODES; read -r NODE_RANK; read -r MASTER_ADDR; read -r PORT; read -r layout; } <<<"$layout"
-  echo "$layout"
+  { read -r LAYOUT_LINE; read -r NNODES; read -r NODE_RANK; read -r MASTER_ADDR; read -r PORT; } <<<"$layout"
 }
 
 # The torchrun options (TORCHRUN_ARGS) after torchrun_layout. RDZV_TIMEOUT: seconds the rendezvous
@@ -80,6 +80,7 @@ torchrun_args() {
   unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_STANDALONE \
     PET_RDZV_BACKEND PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF PET_MAX_RESTARTS
   [ "$GPUS" -eq 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  [ -z "$LAYOUT_LINE" ] || echo "$LAYOUT_LINE"
   TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
   if [ "$MAX_RESTARTS" -gt 0 ]; then
     # a fresh store for each round (the agents' shared one keeps the keys of the failed round)

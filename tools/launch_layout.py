@@ -1,7 +1,7 @@
 """The launch layout (nodes, node rank, master, port) from the environment, for the launch scripts.
 
 Run by tools/launch_common.sh before torchrun (see xcit_launch/launch_layout.py for the variables read
-and their order); prints four values and a log line, or one error and exits 2. Standard library only.
+and their order); prints a log line and four values, or one error and exits 2. Standard library only.
 
 Usage: python tools/launch_layout.py GPUS NODE_GPUS
 """

@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 DEFAULTS = {'nnodes': 1, 'node_rank': 0, 'master_addr': '127.0.0.1', 'port': 29500}
 V1_POD = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE')  # all set: a PyTorchJob pod
+JOB_ONLY = ('MASTER_PORT', 'RANK', 'WORLD_SIZE')  # beside the PET_ ones: set by an operator, not a user
 # a host name, an IPv4 address or a bare IPv6 address: nothing a shell or torchrun would split
 HOST = re.compile(r'[A-Za-z0-9_.:%-]+')
 
@@ -40,6 +41,11 @@ class Layout(NamedTuple):
     port: int
     nproc_per_node: int
     sources: Dict[str, str]  # each field above -> the variable it came from ('default': none did)
+
+    def from_a_job(self) -> bool:
+        """Whether a value came from a Kubeflow job's variables (only then is the log line printed:
+        a plain launch's output stays as it was)."""
+        return any('PET_' in source or source in JOB_ONLY for source in self.sources.values())
 
     def describe(self) -> str:
         """One line for the launch's log: each value and where it came from."""
@@ -154,9 +160,10 @@ def master_port_taken(host: str, port: int) -> bool:
 
 
 def main(argv: List[str]) -> int:
-    """``launch_layout.py GPUS NODE_GPUS``: the layout's nodes, node rank, master and port on four lines,
-    then its log line, for the launch scripts; 2 after one ``error:`` line when the launch cannot start.
-    Node 0 also checks that the master's port is free when the master is this machine."""
+    """``launch_layout.py GPUS NODE_GPUS``: for the launch scripts, the layout's log line (empty unless a
+    value came from a job), then its nodes, node rank, master and port, one a line; 2 after one
+    ``error:`` line when the launch cannot start. Node 0 also checks that the master's port is free
+    when the master is this machine."""
     try:
         layout = launch_layout(os.environ, int(argv[0]), int(argv[1]))
         if layout.node_rank == 0 and master_port_taken(layout.master_addr, layout.port):
@@ -164,5 +171,6 @@ def main(argv: List[str]) -> int:
     except ValueError as exc:
         print(f'error: {exc}', file=sys.stderr, flush=True)
         return 2
-    print(layout.nnodes, layout.node_rank, layout.master_addr, layout.port, layout.describe(), sep='\n')
+    print(layout.describe() if layout.from_a_job() else '', layout.nnodes, layout.node_rank, layout.master_addr,
+          layout.port, sep='\n')
     return 0

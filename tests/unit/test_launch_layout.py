@@ -113,6 +113,14 @@ def test_the_log_line_names_each_source():
                                  '(MASTER_ADDR) port 23456 (MASTER_PORT), 8 process(es) per node (GPUS)')
 
 
+@pytest.mark.parametrize('env, gpus, logged', [
+    ({}, 1, False), (USER, 1, False), (dict(MASTER_ADDR='node0', NNODES='2'), 1, False),
+    (OLD_V1, 1, True), (TRAINER_V2, 4, True), (dict(NEW_V1_8, **USER), 8, True),  # GPUS as PET_NPROC_PER_NODE
+])
+def test_the_log_line_is_for_launches_a_job_placed(env, gpus, logged):
+    assert launch_layout(env, gpus, gpus).from_a_job() is logged
+
+
 def test_the_port_is_checked_only_on_this_machine():
     with socket.socket() as busy:
         busy.bind(('127.0.0.1', 0))
@@ -131,26 +139,41 @@ def test_main_prints_the_layout_or_one_error(monkeypatch, capsys):
         monkeypatch.setenv(name, value)
     assert main(['4', '4']) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[:4] == ['2', '1', 'job-node-0-0.job', '29400'] and out[4].startswith('launch layout: 2 node(s)')
+    assert out[0].startswith('launch layout: 2 node(s)') and out[1:] == ['2', '1', 'job-node-0-0.job', '29400']
     monkeypatch.setenv('PET_NNODES', '1:2')
     assert main(['4', '4']) == 2
     assert capsys.readouterr().err.startswith('error: PET_NNODES=1:2 is an elastic node range')
+    for name in TRAINER_V2:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv('NNODES', '2')
+    monkeypatch.setenv('NODE_RANK', '1')  # (node 0 would check port 29500 on this machine)
+    assert main(['4', '4']) == 0
+    assert capsys.readouterr().out.splitlines() == ['', '2', '1', '127.0.0.1', '29500']  # the user's: no log line
 
 
-@pytest.mark.parametrize('gpus, threads', [(2, '1'), (1, 'unset')])
-def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variable(gpus, threads):
-    """tools/launch_common.sh as dist_train.sh runs it, in a Trainer v2 pod of a CPU node (the GPU count,
-    torch's, is given as the unit tests above give it: importing torch would take seconds). OpenMP's
-    threads as torchrun sets them (one per process of several), so that torchrun prints no banner."""
+PLAIN_ARGS = ['--nnodes=2', '--nproc_per_node={gpus}', '--node_rank=1', '--master_addr=10.0.0.5',
+              '--master_port=29511', '--rdzv-conf=timeout=600']
+JOB_ARGS = ['launch layout: 2 node(s) (PET_NNODES), node rank 1 (PET_NODE_RANK), master job-node-0-0.job '
+            '(PET_MASTER_ADDR) port 29400 (PET_MASTER_PORT), {gpus} process(es) per node (GPUS; '
+            'PET_NPROC_PER_NODE=cpu)',
+            '--nnodes=2', '--nproc_per_node={gpus}', '--node_rank=1', '--master_addr=job-node-0-0.job',
+            '--master_port=29400', '--rdzv-conf=timeout=600']
+
+
+@pytest.mark.parametrize('job, gpus, threads', [(True, 2, '1'), (True, 1, 'unset'), (False, 2, '1')])
+def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variable(job, gpus, threads):
+    """tools/launch_common.sh as dist_train.sh runs it, in a Trainer v2 pod of a CPU node, and on a plain
+    node (the user's variables, no log line: its output as before). The GPU count, torch's, is given as
+    the unit tests above give it: importing torch would take seconds. OpenMP's threads as torchrun sets
+    them (one per process of several), so that torchrun prints no banner."""
     script = ('set -euo pipefail; source tools/launch_common.sh; node_gpus() { echo 0; }; '
               f'GPUS={gpus}; torchrun_layout; torchrun_args; printf "%s\\n" "${{TORCHRUN_ARGS[@]}}"; '
               'env | grep ^PET_ || true; echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"')
-    env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1 and k != 'OMP_NUM_THREADS'}
-    env.update(TRAINER_V2, PET_NPROC_PER_NODE='cpu', PET_STANDALONE='', PET_RDZV_BACKEND='c10d', PYTHON=sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1 and k != 'OMP_NUM_THREADS'
+           and not k.startswith('PET_')}
+    env.update(dict(TRAINER_V2, PET_NPROC_PER_NODE='cpu', PET_STANDALONE='', PET_RDZV_BACKEND='c10d') if job
+               else dict(USER, NNODES='2', NODE_RANK='1'), PYTHON=sys.executable)
     proc = subprocess.run(['bash', '-c', script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [
-        'launch layout: 2 node(s) (PET_NNODES), node rank 1 (PET_NODE_RANK), master job-node-0-0.job '
-        f'(PET_MASTER_ADDR) port 29400 (PET_MASTER_PORT), {gpus} process(es) per node (GPUS; PET_NPROC_PER_NODE=cpu)',
-        '--nnodes=2', f'--nproc_per_node={gpus}', '--node_rank=1', '--master_addr=job-node-0-0.job',
-        '--master_port=29400', '--rdzv-conf=timeout=600', f'OMP_NUM_THREADS={threads}']
+    expected = [line.format(gpus=gpus) for line in (JOB_ARGS if job else PLAIN_ARGS)]
+    assert proc.stdout.splitlines() == [*expected, f'OMP_NUM_THREADS={threads}']

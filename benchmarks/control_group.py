@@ -4,7 +4,7 @@ Each process runs on a host of its own: a Linux network namespace with its own i
 address, joined to the others by a bridge (tests/support/netns.py, as the cluster tests use; root
 needed). Every process joins a gloo main group, then times:
 
-- set-up: ``dist.new_group(backend='gloo')``, the control group as ``engine.collectives`` creates
+- set-up: ``dist.new_group(backend='gloo')``, the control group as ``engine.distributed.collectives`` creates
   it, eager (a full TCP mesh: N-1 connections per rank) and with ``TORCH_GLOO_LAZY_INIT=1``
   (connections made at first use), and for lazy also the first agreement, which pays them;
 - per step: ``collectives.agree_on_max`` on two numbers, what every optimizer step makes
@@ -39,7 +39,7 @@ def worker(args: argparse.Namespace) -> None:
 
     import torch.distributed as dist
 
-    from xcit_dense.engine import collectives
+    from xcit_dense.engine.distributed import collectives
 
     dist.init_process_group('gloo', timeout=timedelta(seconds=300))
     figures: Dict[str, object] = {}

@@ -21,7 +21,7 @@ import torch
 from mmengine.registry import MODELS as ROOT_MODELS
 from torch import nn
 
-from xcit_dense.engine.compile import compile_forward
+from xcit_dense.engine.training.compile import compile_forward
 from xcit_dense.tasks import SEGMENTATION, TASKS, Task, task_of_model
 
 from .catalogue import MODELS, BenchTimmXCiTPyramid

@@ -81,8 +81,8 @@ def install(out: Optional[str] = None) -> None:
         return
     from mmengine.runner import Runner
 
-    from xcit_dense.engine import collectives, step_agreement
-    from xcit_dense.engine.hooks import rng_state
+    from xcit_dense.engine.distributed import collectives
+    from xcit_dense.engine.training import rng_state_hook as rng_state, step_agreement
 
     step_agreement.agree_on_max = _timed('collective/agree_on_max (step agreement)',
                                          step_agreement.agree_on_max)

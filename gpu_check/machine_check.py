@@ -88,7 +88,7 @@ DEADLINE_MARGIN_S = 10  # what the last step leaves of the deadline: writing the
 # The GPU path a one-GPU check cannot exercise, and the CPU tests covering each meanwhile.
 NOT_SHOWN = {
     'SyncBN across ranks (statistics reduced over NCCL)':
-        'none on CPUs, where SyncBN becomes BN (engine/run_config.adapt_to_machine): '
+        'none on CPUs, where SyncBN becomes BN (engine/planning/run_config.adapt_to_machine): '
         'tests/unit/test_gpu_path.py::test_ddp_gets_the_device_set_for_the_rank checks it is kept on GPUs',
     'NCCL collectives between ranks (gradient all-reduce, control collectives)':
         'tests/unit/test_gpu_path.py::test_training_under_a_cuda_only_backend_makes_one_collective_per_step '

@@ -54,7 +54,7 @@ LOSS = re.compile(r'\bloss: (\S+)')
 # MMEngine's training line; its first numbers are [epoch][iter/iters] (epoch-based) or [iter/iters]
 TRAIN_LINE = re.compile(r'(?:Epoch|Iter)\(train\)\s*(?:\[(\d+)\])?\s*\[\s*(\d+)/\d+\][^\n]*')
 RESUMED = re.compile(r'resumed epoch: (\d+), iter: (\d+)')
-# the toolkit's line for a complete restore (engine/hooks/rng_state.py), and those for a partial or no restore
+# the toolkit's line for a complete restore (engine/training/rng_state_hook.py), and those for a partial or no restore
 COMPLETE_RESTORE = re.compile(r'^[^\n]* - INFO - RNG states restored from the checkpoint$', re.M)
 NOT_RESTORED = re.compile(r'^[^\n]*(?:restored from the checkpoint, except|RNG state was not in the checkpoint'
                           r'|RNG state not restored)[^\n]*$', re.M)
@@ -66,7 +66,7 @@ EAGER_FALLBACK = re.compile(r'XCiT: [^\n]*running eagerly')
 # rehearsal's step times then hold that count's cost, which the GPU budgets must include
 COUNT_FLOPS = 'rank_figures=dict(flops=True)'
 FLOPS_COUNTED = re.compile(r'training FLOPs counted at \d+x\d+')  # the hook's line once it has counted
-# RankFiguresHook's line per logger interval (engine/rank_stats.RanksSummary.line): the ranks' peak memory
+# RankFiguresHook's line per logger interval (engine/telemetry/rank_stats.RanksSummary.line): the ranks' peak memory
 # (CUDA: allocated, with reserved; CPU: resident), and on a GPU NVML's utilisation and memory of the node's GPUs
 RANK_MEMORY = re.compile(r'ranks: (\d+) rank\(s\): peak memory max (\d+) MB (allocated|resident)')
 RANK_GPU = re.compile(r'ranks: [^\n]*GPU utilisation (?:min (\d+)%|(n/a) \(MIG\))[^\n;]*, '

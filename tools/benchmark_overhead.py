@@ -5,7 +5,7 @@
    (``--cfg-options default_hooks.<name>=None``), runs alternated, and each hook's own time per
    iteration, timed inside the "on" runs;
 3. at 2 processes (tools/dist_train.sh, gloo on CPU) the toolkit's per-step collectives
-   (xcit_dense/engine/collectives.py, step_agreement.py), timed inside the run;
+   (xcit_dense/engine/distributed/collectives.py, step_agreement.py), timed inside the run;
 4. at 2 processes, every rank's figures (RankFiguresHook: the gathering, the sampler thread, the
    timing) on against off (``default_hooks.rank_figures=None``), runs alternated, at each logger
    interval of ``--ranks-intervals`` (the hook gathers once per interval): 1, an upper bound, and
@@ -82,7 +82,7 @@ def _allreduce_worker(rank: int, port: int, calls: int, queue) -> None:
     """One of 2 gloo processes: time ``agree_on_max`` right after a barrier (its own latency)."""
     import torch.distributed as dist
 
-    from xcit_dense.engine.collectives import agree_on_max, meet
+    from xcit_dense.engine.distributed.collectives import agree_on_max, meet
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     dist.init_process_group('gloo', rank=rank, world_size=2)
     times = []
@@ -190,7 +190,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
                              'load avg (toolkit / mmdet)']), '']
     if 'hooks' in args.parts:
         print('toolkit hooks all on against all off (one process):')
-        from xcit_dense.engine.hooks import toolkit_hooks  # as configs/_base_/toolkit_hooks.py declares them
+        from xcit_dense.engine.planning.declared_hooks import (
+            toolkit_hooks,  # as configs/_base_/toolkit_hooks.py declares them
+        )
         off = [f'default_hooks.{name}=None' for name in toolkit_hooks()]
         rows, parts = [], []
         for pair in range(args.pairs):

@@ -105,7 +105,7 @@ slurm_layout() {
   [ -z "${PORT:-}" ] || require_port PORT "$PORT"
   split_srun_args
   command -v srun >/dev/null || die "srun not found: is this a Slurm login node?"
-  # PORT: the rendezvous port; unset, each job derives its own from the job id (engine/dist.py)
+  # PORT: the rendezvous port; unset, each job derives its own from the job id (engine/distributed/process_group.py)
 }
 
 # SRUN_EXTRA: the words of SRUN_ARGS, split as a shell would split quoted words but never globbed

@@ -18,8 +18,8 @@ import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; ch
 from xcit_dense.datasets.loaded_size import loader_color_type
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group
-from xcit_dense.engine.dist import defer_to_node_leader, describe_topology
-from xcit_dense.engine.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
+from xcit_dense.engine.distributed.process_group import defer_to_node_leader, describe_topology
+from xcit_dense.engine.planning.run_config import adapt_to_machine, check_samples, declare_hooks, open_tool_config
 from xcit_dense.errors import ToolkitError
 from xcit_dense.io.averaged_weights import select_weights
 from xcit_dense.io.checkpoint import CheckpointError, local_checkpoint

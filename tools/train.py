@@ -12,10 +12,10 @@ from mmengine.registry import RUNNERS
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
-from xcit_dense.engine.dist import defer_to_node_leader, describe_topology
-from xcit_dense.engine.hooks import NonFiniteLossError
-from xcit_dense.engine.out_of_memory import OutOfMemoryAdvice, explained
-from xcit_dense.engine.run_config import VIS_BACKENDS, assemble_training, open_tool_config
+from xcit_dense.engine.distributed.process_group import defer_to_node_leader, describe_topology
+from xcit_dense.engine.planning.out_of_memory import OutOfMemoryAdvice, explained
+from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_tool_config
+from xcit_dense.engine.training.nonfinite_loss_hook import NonFiniteLossError
 from xcit_dense.errors import Preempted, ToolkitError
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.weights import check_finetune_fits

@@ -2,7 +2,7 @@
 ``RuntimeError`` ("can't allocate memory"), ``MemoryError`` (numpy's ``_ArrayMemoryError`` included), also
 when a data loader worker raised it (the main process then re-raises it as a ``RuntimeError`` "Caught ...
 in DataLoader worker process"). A leaf module: the data checks (which must never skip such a failure as a
-bad sample) and the engine's advice (``engine/out_of_memory.py``) both ask it."""
+bad sample) and the engine's advice (``engine/planning/out_of_memory.py``) both ask it."""
 import re
 
 import torch

@@ -8,9 +8,9 @@ from mmengine.logging import MMLogger, print_log
 from mmengine.model import revert_sync_batchnorm
 from torch import nn
 
+from .compile_option import take_compile_option
+from .config_check import check_config
 from .datasets.palette import complete_palettes
-from .engine.compile import take_compile_option
-from .engine.config_check import check_config
 from .tasks import task_of_config
 
 

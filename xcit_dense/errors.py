@@ -1,5 +1,5 @@
 """The toolkit's own reasons to stop a run, as exceptions: the library raises them and never ends the
-process; the tools' ``main`` functions (and, in a multi-process run, ``engine.dist.process_group``)
+process; the tools' ``main`` functions (and, in a multi-process run, ``engine.distributed.process_group.process_group``)
 turn them into exit statuses. Called from a notebook or a sweep, the toolkit raises instead of exiting.
 """
 import signal

@@ -20,9 +20,9 @@ from torchvision.ops import nms
 
 from xcit_launch.known_warnings import without_known_prints
 
-from .engine.compile import take_compile_option
-from .engine.cuda_ops import check_cuda_ops
-from .engine.dist import gpus_present
+from .compile_option import take_compile_option
+from .engine.distributed.cuda_ops import check_cuda_ops
+from .engine.distributed.process_group import gpus_present
 from .io.averaged_weights import select_weights
 from .io.checkpoint import CheckpointError
 from .io.checkpoint_schemes import install_checked_schemes

@@ -36,7 +36,7 @@ KNOWN_LOG_MESSAGES = (
     # that mmseg's own configs log and users' scripts read, as the toolkit's configs leave them
     'The prefix is not set in metric class IoUMetric.',
     # MMEngine's iteration loop announcing its resume skip, which the toolkit's loop answers without
-    # loading a batch (engine/loops.py logs where the data continues)
+    # loading a batch (engine/training/loops.py logs where the data continues)
     'Advance dataloader ',
 )
 

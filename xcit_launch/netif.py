@@ -1,7 +1,7 @@
 """Which local address and interface reach the other nodes: what a rank should advertise to its peers.
 
 Standard library only: the torchrun wrapper (``xcit_launch.torchrun``) and the ranks' process
-group set-up (``xcit_dense.engine.dist``) both use it.
+group set-up (``xcit_dense.engine.distributed.process_group``) both use it.
 
 gloo, unless GLOO_SOCKET_IFNAME names an interface, advertises the address the host name resolves
 to; on many hosts (Debian's /etc/hosts maps the host name to 127.0.0.1 or 127.0.1.1) that is a

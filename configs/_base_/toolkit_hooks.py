@@ -3,8 +3,8 @@
 # an entry is switched off by name, e.g. --cfg-options default_hooks.throughput=None.
 # Inherited by default_runtime_det.py and, for segmentation, default_hooks_seg.py (which the
 # schedules inherit). This file is the one list of the toolkit's hooks: for configs that inherit
-# neither, xcit_dense/engine/hooks/declared.py reads it (engine/run_config.py's declare_hooks adds
-# the entries) and engine/run_config.py sets their run-time arguments (the batch plan,
+# neither, xcit_dense/engine/planning/declared_hooks.py reads it (engine/planning/run_config.py's declare_hooks adds
+# the entries) and engine/planning/run_config.py sets their run-time arguments (the batch plan,
 # --skip-nonfinite). The hook types come with custom_imports of xcit_dense (the model bases).
 
 default_hooks = dict(
@@ -34,5 +34,5 @@ default_hooks = dict(
 
 # An exponential moving average of the weights (timm's --model-ema), off by default; tools/train.py
 # --ema [DECAY] switches it on. Updated once per optimizer step; validation and the checkpoints'
-# state_dict use the average (engine/hooks/model_ema.py).
+# state_dict use the average (engine/training/model_ema_hook.py).
 model_ema = dict(enable=False, decay=0.9999, warmup=2000)

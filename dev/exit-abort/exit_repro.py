@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from xcit_dense.engine.dist import gloo_worker_threads, process_group
+from xcit_dense.engine.distributed.process_group import gloo_worker_threads, process_group
 
 HEAP: list = []  # freed while the interpreter finalises
 

@@ -19,8 +19,8 @@ from helpers import ROOT, free_port, launch_env, spawned
 
 from gpu_check import bounded, machine_check as check, served_ops_goldens, toolkit_runs
 from gpu_check.bounded import run_bounded
-from xcit_dense.engine.node_sampler import NodeUse
-from xcit_dense.engine.rank_stats import RankFigures, RanksSummary
+from xcit_dense.engine.telemetry.node_sampler import NodeUse
+from xcit_dense.engine.telemetry.rank_stats import RankFigures, RanksSummary
 
 
 @pytest.mark.slow

@@ -22,8 +22,8 @@ from mmengine.config import Config
 
 from xcit_dense.allocation_failures import is_out_of_memory
 from xcit_dense.datasets import SkipBadSamples
-from xcit_dense.engine.auto_fit import fit
-from xcit_dense.engine.out_of_memory import OUT_OF_MEMORY_STATUS, smaller_batches
+from xcit_dense.engine.planning.auto_fit import fit
+from xcit_dense.engine.planning.out_of_memory import OUT_OF_MEMORY_STATUS, smaller_batches
 
 
 def limited_config(tmp_path, seg_data, max_images, **overrides):

@@ -24,16 +24,16 @@ from helpers import (
 from mmengine.config import Config
 
 from xcit_dense.datasets.synthetic import write_coco_set
-from xcit_dense.engine import restart
-from xcit_dense.engine.restart import Restart
-from xcit_dense.engine.resume import Resume
+from xcit_dense.engine.distributed import restart
+from xcit_dense.engine.distributed.restart import Restart
+from xcit_dense.engine.training.resume import Resume
 
 # tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when its tensors' data
 # was not read: read_without_data) in $READS at exit
 COUNTED_TRAIN = f"""
 import atexit, json, os, runpy, sys
 import torch
-import xcit_dense.engine.resume as resume
+import xcit_dense.engine.training.resume as resume
 import xcit_dense.io.checkpoint as checkpoint
 reads, load, whole_read, without_data = [], torch.load, checkpoint.load_weights_file, resume.read_without_data
 def counted(f, *args, **kwargs):  # a read around the toolkit's reader would come through here

@@ -36,8 +36,8 @@ from mmdet.models.backbones import ResNet  # noqa: E402
 from mmengine.runner.checkpoint import _load_checkpoint, load_checkpoint  # noqa: E402
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (routes the checkpoint schemes to the checked reader)
-from xcit_dense.engine.hooks.rng_state import get_rng_state  # noqa: E402
-from xcit_dense.engine.resume import judge_candidate  # noqa: E402
+from xcit_dense.engine.training.resume import judge_candidate  # noqa: E402
+from xcit_dense.engine.training.rng_state_hook import get_rng_state  # noqa: E402
 from xcit_dense.io.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.io.weights import read_checkpoint  # noqa: E402
 
@@ -391,7 +391,7 @@ def _nan_weights(checkpoint: dict) -> None:
 
 # files of plain, well-typed values that do not fit the model, optimizer or schedulers the run's config
 # builds: each was chosen by a bare --resume and ended the run (one line, or a traceback at the first
-# optimizer or scheduler step); each is skipped now (engine/resume_fit.py), with what names it
+# optimizer or scheduler step); each is skipped now (engine/training/resume_fit.py), with what names it
 PLANTED_MISFITS = {
     'a weight of another shape': (_reshape_first('state_dict'), 'was saved from a different model'),
     'NaN weights': (_nan_weights, 'holds NaN or infinite weights'),

@@ -40,7 +40,7 @@ def _register_side_group_ddp() -> None:
     from mmengine.model import MMDistributedDataParallel
     from mmengine.registry import MODEL_WRAPPERS
 
-    from xcit_dense.engine.collectives import control_group
+    from xcit_dense.engine.distributed.collectives import control_group
 
     @MODEL_WRAPPERS.register_module()
     class ControlGroupDDP(MMDistributedDataParallel):

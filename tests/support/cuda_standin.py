@@ -77,7 +77,7 @@ torch.empty = empty
 dist.init_process_group = group_forms
 atexit.register(lambda: print(f'touched: {sorted(set(touched))}', flush=True))
 
-from xcit_dense.engine import cuda_ops  # noqa: E402  (after the stand-in is in place)
+from xcit_dense.engine.distributed import cuda_ops  # noqa: E402  (after the stand-in is in place)
 
 cuda_ops.check_torchvision_cuda_ops = touch  # the probe, stubbed
 sys.argv = sys.argv[1:]

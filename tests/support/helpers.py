@@ -158,7 +158,7 @@ def rewind(work_dir: Path, iteration: int) -> Path:
 
 def find_resumable_checkpoint(work_dir) -> Optional[str]:
     """The checkpoint a bare ``--resume`` on ``work_dir`` continues from (None: the work dir holds none)."""
-    from xcit_dense.engine.resume import read_resumable_checkpoint
+    from xcit_dense.engine.training.resume import read_resumable_checkpoint
     found = read_resumable_checkpoint(str(work_dir))
     return found[0] if found else None
 

@@ -179,7 +179,7 @@ class KillOnFirstAttemptHook(Hook):
         self.rank, self.after_iter = rank, after_iter
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        from xcit_dense.engine.restart import restart
+        from xcit_dense.engine.distributed.restart import restart
         if runner.rank == self.rank and runner.iter + 1 == self.after_iter and restart()[0] == 0:
             with open(os.path.join(runner.work_dir, f'killed_rank{self.rank}'), 'w') as f:
                 f.write(f'{os.getpid()} {time.time()}')

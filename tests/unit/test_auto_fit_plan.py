@@ -6,7 +6,7 @@ from mmengine.config import Config
 from torch import nn
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, fit, probe_shape
+from xcit_dense.engine.planning.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, fit, probe_shape
 from xcit_dense.tasks import task_of_config
 
 pytestmark = pytest.mark.quick

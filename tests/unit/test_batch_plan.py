@@ -12,9 +12,9 @@ from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
 from xcit_dense.engine import apply_batch_plan, resolve_batch_plan
-from xcit_dense.engine.batch_plan import replan_checkpoint
-from xcit_dense.engine.hooks import toolkit_hooks
-from xcit_dense.engine.run_config import configure_optim_wrapper
+from xcit_dense.engine.planning.batch_plan import replan_checkpoint
+from xcit_dense.engine.planning.declared_hooks import toolkit_hooks
+from xcit_dense.engine.planning.run_config import configure_optim_wrapper
 
 DET = str(ROOT / 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py')
 SEG = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')

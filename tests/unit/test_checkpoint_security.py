@@ -35,8 +35,8 @@ from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.registry import DefaultScope
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint, save_checkpoint
 
-from xcit_dense.engine import resume
-from xcit_dense.engine.hooks.rng_state import get_rng_state
+from xcit_dense.engine.training import resume
+from xcit_dense.engine.training.rng_state_hook import get_rng_state
 from xcit_dense.io import download
 from xcit_dense.io.checked_unpickler import history_buffer_method
 from xcit_dense.io.checkpoint import AtomicLocalBackend, CheckpointError, read_without_data
@@ -494,7 +494,7 @@ def test_a_scheduler_or_optimizer_state_that_does_not_fit_the_built_ones_is_refu
     config builds, naming the key."""
     from mmengine.optim import LinearLR, OptimWrapper
 
-    from xcit_dense.engine.resume_fit import check_optimizer_fits, check_schedulers_fit
+    from xcit_dense.engine.training.resume_fit import check_optimizer_fits, check_schedulers_fit
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.ones(1, 3)).sum().backward()

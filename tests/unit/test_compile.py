@@ -1,4 +1,4 @@
-"""torch.compile of the backbone as the run applies it (engine/compile.py): the same numbers, one
+"""torch.compile of the backbone as the run applies it (engine/training/compile.py): the same numbers, one
 warning and eager where compiling fails (the backward included), no graph per input size, and the
 config's ``model.backbone.compile`` taken by the run, not the model."""
 import functools
@@ -9,13 +9,14 @@ import torch
 from helpers import log_records, randomize_
 from torch._dynamo.backends.common import aot_autograd
 
-from xcit_dense.engine import compile as compile_module
-from xcit_dense.engine.compile import compile_forward, take_compile_option
-from xcit_dense.engine.config_check import check_backbone
+from xcit_dense.compile_option import take_compile_option
+from xcit_dense.config_check import check_backbone
+from xcit_dense.engine.training import compile as compile_module
+from xcit_dense.engine.training.compile import compile_forward
 
 
 def _compiled_with(monkeypatch, **compile_kwargs) -> None:
-    """engine/compile.py's torch.compile with these arguments (a cheap backend: no codegen)."""
+    """engine/training/compile.py's torch.compile with these arguments (a cheap backend: no codegen)."""
     torch._dynamo.reset()
     monkeypatch.setattr(compile_module, '_compiled',
                         functools.lru_cache(maxsize=None)(lambda fn: torch.compile(fn, **compile_kwargs)))

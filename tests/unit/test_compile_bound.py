@@ -1,5 +1,5 @@
 """A compile on one rank inside a training step extends the step bound on every rank
-(``engine.compile_bound``): two real gloo ranks, forked, on one injected clock."""
+(``engine.distributed.compile_bound``): two real gloo ranks, forked, on one injected clock."""
 import multiprocessing
 import os
 import queue
@@ -13,8 +13,8 @@ import torch
 import torch.distributed as torch_dist
 from helpers import free_port
 
-from xcit_dense.engine import dist, wait_bounds as wait_bounds_module
-from xcit_dense.engine.compile import compile_forward
+from xcit_dense.engine.distributed import process_group as dist, wait_bounds as wait_bounds_module
+from xcit_dense.engine.training.compile import compile_forward
 
 STEP_S, COMPILE_S = 1, 600
 

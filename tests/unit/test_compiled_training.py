@@ -5,7 +5,7 @@ import torch
 from helpers import require_capability
 from torch._dynamo.utils import counters
 
-from xcit_dense.engine.compile import compile_forward
+from xcit_dense.engine.training.compile import compile_forward
 from xcit_dense.models.c_compiler import find_c_compiler
 
 

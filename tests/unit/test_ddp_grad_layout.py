@@ -14,8 +14,8 @@ from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
 import xcit_dense.engine  # noqa: F401  (registers the wrapper)
-from xcit_dense.engine.ddp import same_memory_order
-from xcit_dense.engine.run_config import adapt_to_machine
+from xcit_dense.engine.planning.run_config import adapt_to_machine
+from xcit_dense.engine.training.ddp import same_memory_order
 
 pytestmark = pytest.mark.quick
 

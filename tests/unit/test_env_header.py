@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 from mmengine.model import BaseModel
 
-from xcit_dense.engine.runner import ToolkitRunner
+from xcit_dense.engine.training.runner import ToolkitRunner
 
 
 class Toy(BaseModel):

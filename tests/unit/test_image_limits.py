@@ -15,7 +15,7 @@ from PIL import Image
 from xcit_dense.datasets import files
 from xcit_dense.datasets.files import LABEL_MAP, check_image_file
 from xcit_dense.datasets.problems import LABELS_OUTSIDE, TOO_MANY_BYTES, TOO_MUCH_WORK, BadSample
-from xcit_dense.engine.run_config import check_samples
+from xcit_dense.engine.planning.run_config import check_samples
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES
 from xcit_launch.decode_work import MAX_PNG_HEADER_CHUNKS, MAX_SCANS, MAX_SEGMENTS, PNG_BYTES_PER_CHUNK
 

@@ -101,7 +101,8 @@ def describe(graph: Graph, group: List[str]) -> str:
 def test_no_module_imports_one_that_imports_it_back():
     graph = import_graph(ROOT, PACKAGES)
     assert 'xcit_dense.io.checkpoint' in graph['xcit_dense.io.weights']  # relative imports are resolved
-    assert 'xcit_launch.netif' in graph['xcit_dense.engine.dist']  # absolute ones, across the packages
+    # absolute ones, across the packages
+    assert 'xcit_launch.netif' in graph['xcit_dense.engine.distributed.process_group']
     found = circles(graph)
     assert not found, '\n'.join(describe(graph, group) for group in found)
 
@@ -123,3 +124,50 @@ def test_a_planted_circle_is_found(tmp_path):
     assert 'pkg.b imports pkg.a (line 2)' in describe(graph, ['pkg.a', 'pkg.b'])
     (tmp_path / 'pkg/sub/c.py').write_text('from pkg.sub import D\nclass C: ...\n')  # its package's re-export
     assert circles(import_graph(tmp_path, ['pkg'])) == [['pkg.a', 'pkg.b'], ['pkg.sub', 'pkg.sub.c', 'pkg.sub.d']]
+
+
+def folders(graph: Graph) -> Graph:
+    """The graph between folders: the engine's packages (``xcit_dense.engine.training``) and the other
+    top-level parts of each package (``xcit_dense.io``, ``xcit_dense.builder``), each module's edges
+    merged into its folder's. A package's ``__init__`` re-exporting its submodules is no edge."""
+    def folder(name: str) -> str:
+        parts = name.split('.')
+        return '.'.join(parts[:3] if parts[:2] == ['xcit_dense', 'engine'] else parts[:2])
+    merged: Graph = {}
+    for name, targets in graph.items():
+        edges = merged.setdefault(folder(name), {})
+        for target, line in targets.items():
+            if folder(target) != folder(name) and not folder(name).startswith(folder(target) + '.'):
+                edges.setdefault(folder(target), line)
+    return merged
+
+
+# the engine's packages in the order they may import each other: each only those before it
+ENGINE_ORDER = ('distributed', 'telemetry', 'training', 'planning')
+
+
+def test_folders_import_each_other_one_way_and_the_engine_by_concern():
+    """No folder imports, through others, a folder that imports it back (engine -> analysis -> builder
+    -> engine was such a loop); the engine's packages import only those before them in ENGINE_ORDER."""
+    graph = folders(import_graph(ROOT, PACKAGES))
+    found = circles(graph)
+    assert not found, '\n'.join(describe(graph, group) for group in found)
+    engine = {f'xcit_dense.engine.{name}': rank for rank, name in enumerate(ENGINE_ORDER)}
+    assert set(engine) <= set(graph), sorted(graph)
+    backwards = [f'{a} imports {b}' for a in engine for b in graph[a] if b in engine and engine[b] > engine[a]]
+    assert not backwards, backwards
+
+
+def test_a_planted_folder_loop_is_found(tmp_path):
+    files = {'xcit_dense/__init__.py': '', 'xcit_dense/builder.py': 'from .engine.training import compile\n',
+             'xcit_dense/engine/__init__.py': '', 'xcit_dense/engine/training/__init__.py': '',
+             'xcit_dense/engine/training/compile.py': '', 'xcit_dense/engine/planning/__init__.py': '',
+             'xcit_dense/engine/planning/run_config.py': 'from ...builder import load_config\n'}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = folders(import_graph(tmp_path, ['xcit_dense']))
+    assert circles(graph) == []  # planning -> builder -> training: one way
+    (tmp_path / 'xcit_dense/engine/training/compile.py').write_text('from ..planning import run_config\n')
+    assert circles(folders(import_graph(tmp_path, ['xcit_dense']))) == [
+        ['xcit_dense.builder', 'xcit_dense.engine.planning', 'xcit_dense.engine.training']]

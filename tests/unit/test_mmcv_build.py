@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import ROOT
 
-from xcit_dense.engine import cuda_ops
+from xcit_dense.engine.distributed import cuda_ops
 from xcit_launch import mmcv_build as build_mmcv
 
 TAG = 'cp311-cp311-linux_x86_64'

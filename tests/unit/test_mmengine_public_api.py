@@ -1,6 +1,6 @@
 """The toolkit uses MMEngine through its public API: no module of xcit_dense/ or xcit_launch/ imports
 or touches the private names that resuming once relied on (a change of MMEngine's internals would
-break resume without a word), and engine/dist.py imports nothing of resume.
+break resume without a word), and engine/distributed/process_group.py imports nothing of resume.
 
 Read from the source (``ast``): an import of a listed name, an attribute of that name read, written or
 deleted on any object, a method of that name defined (an override), and a loop method replaced on
@@ -54,7 +54,7 @@ def test_the_check_finds_each_kind_of_use():
 
 
 def test_dist_imports_nothing_of_resume():
-    tree = ast.parse((ROOT / 'xcit_dense/engine/dist.py').read_text())
+    tree = ast.parse((ROOT / 'xcit_dense/engine/distributed/process_group.py').read_text())
     imported = [alias.name if isinstance(node, ast.Import) else f'{"." * node.level}{node.module or ""}:{alias.name}'
                 for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names]
     assert not [name for name in imported if 'resume' in name], imported

@@ -8,9 +8,15 @@ import torch
 from torch import nn
 
 from xcit_dense.analysis.flops import analyse
-from xcit_dense.engine.compile import compile_forward
-from xcit_dense.engine.hooks.rank_figures import image_pixels
-from xcit_dense.engine.model_flops import count_training_flops, peak_tflops, roi_scale, training_dtype, training_flops
+from xcit_dense.engine.telemetry.model_flops import (
+    count_training_flops,
+    peak_tflops,
+    roi_scale,
+    training_dtype,
+    training_flops,
+)
+from xcit_dense.engine.telemetry.rank_figures_hook import image_pixels
+from xcit_dense.engine.training.compile import compile_forward
 
 pytestmark = pytest.mark.quick
 

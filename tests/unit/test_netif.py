@@ -7,7 +7,7 @@ import pytest
 import torch.distributed as dist
 from helpers import require_capability
 
-from xcit_dense.engine.dist import job_port
+from xcit_dense.engine.distributed.process_group import job_port
 from xcit_launch import netif, torchrun as torchrun_tool
 
 
@@ -102,7 +102,7 @@ def test_slurm_job_port_comes_from_the_job_id():
 def test_other_nodes_come_from_the_slurm_node_list_or_the_torchrun_store(monkeypatch):
     """Where node 0's own name is loopback, it needs another node: under Slurm the other hosts of
     the node list, under torchrun the address node 1 published in the rendezvous store."""
-    from xcit_dense.engine import dist as engine_dist
+    from xcit_dense.engine.distributed import process_group as engine_dist
     monkeypatch.setattr(engine_dist, '_SLURM_HOSTS', ['node1', 'node2', 'node3'])
     monkeypatch.setenv('MASTER_ADDR', 'node1')
     monkeypatch.setenv('SLURMD_NODENAME', 'node1')

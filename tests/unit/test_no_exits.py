@@ -16,9 +16,10 @@ from helpers import ROOT, env, free_port
 PACKAGES = ('xcit_dense', 'xcit_launch')
 # (file, enclosing function): the process ends there by design, without unwinding
 DESIGNED_OS_EXITS = {
-    ('xcit_dense/engine/dist.py', '_exit_now'),  # a failed multi-process run: report, end, wait for no peer
-    ('xcit_dense/engine/dist.py', '_step_expired'),  # the step watch found a step past its bound
-    ('xcit_dense/engine/wait_bounds.py', 'StepWatch._run'),  # the step watch's report itself failed
+    # a failed multi-process run: report, end, wait for no peer
+    ('xcit_dense/engine/distributed/process_group.py', '_exit_now'),
+    ('xcit_dense/engine/distributed/process_group.py', '_step_expired'),  # the step watch found a step past its bound
+    ('xcit_dense/engine/distributed/wait_bounds.py', 'StepWatch._run'),  # the step watch's report itself failed
 }
 EXIT_CALLS = {('sys', 'exit'), ('os', '_exit')}
 EXIT_NAMES = {'SystemExit', 'exit', 'quit', '_exit'}  # the builtins, and the functions imported by name
@@ -120,7 +121,7 @@ def test_a_multi_process_run_ends_on_the_toolkits_errors_as_the_tools_do(raised,
     """Inside ``process_group`` of a real (one-process gloo) group, the toolkit's exceptions end the
     process at once (the designed os._exit) with the tools' message and status, without a traceback."""
     script = ('import signal\n'
-              'from xcit_dense.engine.dist import process_group\n'
+              'from xcit_dense.engine.distributed.process_group import process_group\n'
               'from xcit_dense.errors import Preempted, ToolkitError\n'
               'with process_group("pytorch"):\n'
               f'    raise {raised}\n')

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from xcit_dense.engine.node_sampler import NodeSampler, gpu_by_uuid, group_interface, read_net_dev
-from xcit_dense.engine.rank_stats import RankFigures, RanksSummary
+from xcit_dense.engine.telemetry.node_sampler import NodeSampler, gpu_by_uuid, group_interface, read_net_dev
+from xcit_dense.engine.telemetry.rank_stats import RankFigures, RanksSummary
 
 pytestmark = pytest.mark.quick
 

@@ -21,9 +21,10 @@ from mmengine.model import BaseModel
 from torch import nn
 from torch.utils.data import Dataset
 
-import xcit_dense.engine.hooks  # noqa: F401  (registers the hooks and the DDP wrapper)
-from xcit_dense.engine import loops, step_clock
-from xcit_dense.engine.rank_stats import RankFigures, RanksSummary, reset_resident_peak, resident_peak_mb
+import xcit_dense.engine  # noqa: F401  (registers the hooks and the DDP wrapper)
+from xcit_dense.engine.telemetry import step_clock
+from xcit_dense.engine.telemetry.rank_stats import RankFigures, RanksSummary, reset_resident_peak, resident_peak_mb
+from xcit_dense.engine.training import loops
 
 ITERS, INTERVAL = 4, 2
 
@@ -73,8 +74,8 @@ def _rank(rank: int, work_dir: str, rendezvous: str, results) -> None:
 
     from mmengine.runner import Runner
 
-    from xcit_dense.engine.hooks import rank_figures
-    from xcit_dense.engine.model_flops import TrainingFlops
+    from xcit_dense.engine.telemetry import rank_figures_hook as rank_figures
+    from xcit_dense.engine.telemetry.model_flops import TrainingFlops
     rank_figures.count_training_flops = lambda model: TrainingFlops(LINE_FLOPS_PER_PIXEL, 0.0)
     os.environ['LOCAL_RANK'] = str(rank)  # (read by MMEngine's DDP wrapping; a CPU module takes no device)
     torch.distributed.init_process_group('gloo', init_method=f'file://{rendezvous}', rank=rank, world_size=2)
@@ -402,7 +403,7 @@ def test_the_resident_peak_covers_the_interval():
 
 @pytest.mark.quick
 def test_warn_takes_true_or_false():
-    from xcit_dense.engine.hooks.rank_figures import RankFiguresHook
+    from xcit_dense.engine.telemetry.rank_figures_hook import RankFiguresHook
     RankFiguresHook(warn=False)
     with pytest.raises(ValueError, match='warn must be True or False'):
         RankFiguresHook(warn='off')  # a string would read as true and keep the warnings

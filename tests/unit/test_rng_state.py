@@ -8,8 +8,8 @@ from helpers import tiny_seg_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
 
-from xcit_dense.engine.hooks.rng_state import RNGStateHook, get_rng_state, set_rng_state
-from xcit_dense.engine.resume import seed_from_checkpoint
+from xcit_dense.engine.training.resume import seed_from_checkpoint
+from xcit_dense.engine.training.rng_state_hook import RNGStateHook, get_rng_state, set_rng_state
 from xcit_dense.io.weights import read_checkpoint
 
 

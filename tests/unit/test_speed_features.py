@@ -3,7 +3,7 @@ import pytest
 import torch
 from helpers import randomize_
 
-from xcit_dense.engine.config_check import check_backbone
+from xcit_dense.config_check import check_backbone
 from xcit_dense.models import xcit as xcit_module
 
 

@@ -8,8 +8,8 @@ import types
 import pytest
 from helpers import ROOT, env, free_port
 
-from xcit_dense.engine import wait_bounds as wait_bounds_module
-from xcit_dense.engine.wait_bounds import StepWatch, nccl_environment, wait_bounds
+from xcit_dense.engine.distributed import wait_bounds as wait_bounds_module
+from xcit_dense.engine.distributed.wait_bounds import StepWatch, nccl_environment, wait_bounds
 
 
 def test_bounds_default_and_overrides():

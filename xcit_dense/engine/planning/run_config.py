@@ -1,0 +1,273 @@
+"""Turning a config and the command line into the Runner config of this run on this machine:
+the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample checks, resuming.
+
+``assemble_training`` is tools/train.py's one step from config to Runner config;
+``configure_optim_wrapper`` is the one place that changes ``optim_wrapper``.
+"""
+import argparse
+import logging
+import os
+from copy import deepcopy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.logging import print_log
+
+from ...builder import load_config
+from ...compile_option import take_compile_option
+from ...errors import ConfigNotFoundError
+from ...io.checkpoint import ATOMIC_WRITES
+from ...pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
+from ...tasks import task_of_config
+from ..distributed.process_group import gpus_present
+from ..training.ddp import NO_FORWARD_BUFFER_SYNC
+from ..training.model_ema_hook import ema_hook
+from ..training.optim_wrappers import GUARDED
+from ..training.resume import Resume
+from ..training.resume_fit import ResumeFit
+from .auto_fit import FitRecord, device_record, fit, record_from
+from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
+from .declared_hooks import toolkit_hooks
+
+
+def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
+    """The start tools/train.py and tools/test.py share: the config at ``path`` with ``cfg_options``,
+    its task's models imported (before the Runner does: a segmentation run keeps mmdet out).
+
+    A missing file raises ConfigNotFoundError; a config that does not load raises ValueError.
+    (The GPU and its ops are checked once the rank's device is set: ``init_distributed``.)"""
+    if not os.path.isfile(path):
+        raise ConfigNotFoundError(f'config file not found: {path}')
+    cfg = load_config(path, cfg_options)
+    task_of_config(cfg).import_models()
+    return cfg
+
+
+def replace_sync_bn(node: Any) -> int:
+    """Replace every ``dict(type='SyncBN')`` in a config tree by BN; returns how many."""
+    count = 0
+    if isinstance(node, dict):
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+            count += 1
+        for value in node.values():
+            count += replace_sync_bn(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            count += replace_sync_bn(value)
+    return count
+
+
+def adapt_to_machine(cfg: Config) -> None:
+    """SyncBN -> BN without a process group or without a GPU; DDP on the device set for this rank.
+
+    A launched run of one process on a GPU keeps SyncBN (NCCL serves a group of one). MMEngine
+    gives DDP ``device_ids=[LOCAL_RANK]``, which is not the device set when Slurm binds GPUs to
+    tasks (engine/distributed/process_group.py's ``slurm_device``): the wrapper gets the current device."""
+    on_gpu, grouped = gpus_present(), dist.is_initialized()
+    if not grouped or not on_gpu:
+        if replace_sync_bn(cfg.model):
+            reason = 'one process' if not grouped else 'no GPU'
+            print_log(f'SyncBN replaced by BN ({reason})', logger='current')
+    if grouped:
+        wrapper = dict(type='GradLayoutDDP', **NO_FORWARD_BUFFER_SYNC,
+                       find_unused_parameters=cfg.get('find_unused_parameters', False))
+        wrapper.update(cfg.get('model_wrapper_cfg') or {})
+        # a CPU module takes no device ids
+        wrapper['device_ids'] = [torch.cuda.current_device()] if on_gpu else None
+        cfg.model_wrapper_cfg = wrapper
+
+
+# MMEngine's visualization backends by their --vis-backend name; tensorboard is in the default
+# install, mlflow and wandb need their packages (pip install mlflow / wandb)
+VIS_BACKENDS = dict(tensorboard='TensorboardVisBackend', mlflow='MLflowVisBackend',
+                    wandb='WandbVisBackend')
+
+
+def add_vis_backends(cfg: Config, names: Iterable[str]) -> None:
+    """Log scalars (loss, lr, img_per_s, metrics) to these trackers too, besides the local files."""
+    backends = cfg.visualizer.setdefault('vis_backends', [])
+    present = {backend.get('type') for backend in backends}
+    for name in names:
+        if VIS_BACKENDS[name] not in present:
+            backends.append(dict(type=VIS_BACKENDS[name]))
+
+
+def configure_optim_wrapper(cfg: Config, plan: Optional[BatchPlan] = None, amp: Optional[str] = None) -> None:
+    """Every run-time change to ``optim_wrapper``: the batch plan's accumulation and LR, the ``--amp``
+    type, and the non-finite loss guard while the ``nonfinite_loss`` hook is on (a ``Guarded*OptimWrapper``
+    type, so the dumped config and the log show it). Call it once the hooks are declared.
+
+    ``--amp fp16`` trains with dynamic loss scaling, ``bf16`` without a loss scaler (bf16 keeps
+    float32's exponent range); on a CPU, fp32 with a message."""
+    wrapper = cfg.optim_wrapper
+    if plan is not None:
+        wrapper.accumulative_counts = plan.accumulation
+        wrapper.optimizer.lr = plan.lr
+    if amp not in (None, 'fp16', 'bf16'):
+        raise ValueError(f"--amp takes fp16 or bf16, got {amp!r}")
+    if amp and not gpus_present():
+        print_log(f'--amp {amp} asked for, but there is no GPU: training in fp32', logger='current',
+                  level=logging.WARNING)
+    elif amp == 'fp16':
+        wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic', dtype='float16')
+    elif amp == 'bf16':
+        wrapper.pop('loss_scale', None)
+        wrapper.update(type='BF16OptimWrapper', dtype='bfloat16')
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    if (cfg.get('default_hooks') or {}).get('nonfinite_loss') is not None or 'NonFiniteLossHook' in custom:
+        kind = wrapper.get('type', 'OptimWrapper')
+        wrapper.type = GUARDED.get(kind, kind)
+
+
+def declare_hooks(cfg: Config, names: Optional[Iterable[str]] = None) -> None:
+    """Settle the toolkit's ``default_hooks`` entries before the Runner is built.
+
+    Configs that do not inherit configs/_base_/toolkit_hooks.py get the entries in ``names`` (None:
+    every one it declares); a type the config already has in ``custom_hooks`` is not added twice;
+    an entry switched off with None is dropped, since MMEngine only accepts None for its own
+    default hooks.
+    """
+    if cfg.get('default_hooks') is None:
+        cfg.default_hooks = {}
+    default_hooks = cfg.default_hooks
+    custom = {hook.get('type') for hook in cfg.get('custom_hooks') or []}
+    declared = toolkit_hooks()
+    names = set(declared if names is None else names)
+    for name, hook_type in declared.items():
+        if hook_type in custom:
+            default_hooks.pop(name, None)
+        elif name not in default_hooks:
+            if name in names:
+                default_hooks[name] = dict(type=hook_type)
+        elif default_hooks[name] is None:
+            del default_hooks[name]
+
+
+def configure_training_hooks(cfg: Config, plan: dict, skip_nonfinite: bool = False) -> None:
+    """The toolkit's training hooks with this run's arguments: the batch plan in checkpoints,
+    ``--skip-nonfinite`` for the loss guard, and atomic checkpoint writes."""
+    declare_hooks(cfg)
+    default_hooks = cfg.default_hooks
+    if 'batch_plan' in default_hooks:
+        default_hooks['batch_plan']['plan'] = plan
+    if skip_nonfinite and 'nonfinite_loss' in default_hooks:
+        default_hooks['nonfinite_loss']['skip'] = True
+    checkpoint = default_hooks.get('checkpoint')
+    if checkpoint is not None and not checkpoint.get('backend_args'):
+        checkpoint['backend_args'] = dict(ATOMIC_WRITES)
+
+
+def check_samples(cfg: Config, loaders: Iterable[str]) -> None:
+    """Wrap the datasets of ``loaders``: a bad training sample is reported, counted and replaced
+    (``SkipBadSamples``), a bad validation or test sample stops the run naming the file
+    (``StopOnBadSamples``). Both check files against the config's ``max_image_bytes`` and image
+    headers against its ``max_image_pixels``."""
+    limits = dict(max_image_pixels=cfg.get(MAX_PIXELS_KEY, DEFAULT_MAX_PIXELS),
+                  max_image_bytes=cfg.get(MAX_BYTES_KEY, DEFAULT_MAX_BYTES))
+    for loader in loaders:
+        dataloader = cfg.get(loader)
+        if not dataloader:
+            continue
+        wrapper = 'SkipBadSamples' if loader == 'train_dataloader' else 'StopOnBadSamples'
+        dataset = dataloader.dataset
+        if dataset.get('type') == wrapper:
+            for key, value in limits.items():
+                dataset.setdefault(key, value)
+        else:
+            dataloader.dataset = dict(type=wrapper, dataset=dataset, **limits)
+
+
+@dataclass
+class TrainingRun:
+    """What ``assemble_training`` decided besides the config: the batch plan, where the run starts, and
+    what the log says after the plan (``--auto-fit``'s tries, the weights' average)."""
+
+    plan: BatchPlan
+    resume: Resume
+    notes: List[str] = field(default_factory=list)
+
+
+def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
+                        checkpoint: Optional[dict]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
+    """``--auto-fit`` (or ``auto_fit.enable``): the (images per GPU, accumulation) this run trains with,
+    probed (engine/planning/auto_fit.py) or, on a resume with the same request, world size and device, as the
+    checkpoint recorded; written back to ``train_dataloader.batch_size`` and recorded in checkpoints
+    (``AutoFitHook``). (None, []) when auto-fit is off."""
+    settings = cfg.get('auto_fit') or {}
+    if not (getattr(args, 'auto_fit', False) or settings.get('enable')):
+        return None, []
+    requested = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+    device, total_memory = device_record()
+    request = FitRecord((requested.images_per_gpu, requested.accumulation), None, world_size, device, total_memory)
+    previous = record_from((checkpoint or {}).get('meta'))
+    why = previous.differs_from(request) if previous is not None else None
+    if previous is not None and why is None:
+        fitted = previous.fitted
+        lines = [f'auto-fit: {fitted[0]} images per GPU x accumulation {fitted[1]}, as the checkpoint recorded '
+                 f'for the same request, world size and device (not probed)']
+    else:
+        probe_model, compiled = take_compile_option(cfg.model)  # the model as the runner builds it
+        probe_model = deepcopy(probe_model)
+        replace_sync_bn(probe_model)
+        fitted, lines = fit(cfg, probe_model, *request.requested, amp=args.amp, ema=ema_requested(cfg, args.ema))
+        if compiled:
+            lines.insert(1, 'auto-fit: the probe measures the eager backbone (model.backbone.compile=True: '
+                            "the compiled one's memory may differ)")
+        if previous is not None:
+            lines.insert(0, f'auto-fit: probing again, not reusing the checkpoint\'s fit: {why}')
+    cfg.train_dataloader.batch_size = fitted[0]
+    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []),
+                        dict(type='AutoFitHook', record=request.with_fit(fitted).as_meta())]
+    return fitted, lines
+
+
+def ema_requested(cfg: Config, decay: Optional[float]) -> bool:
+    """Whether the run keeps an EMA of its weights (``--ema DECAY`` or ``model_ema.enable``)."""
+    return decay is not None or bool((cfg.get('model_ema') or {}).get('enable'))
+
+
+def configure_ema(cfg: Config, decay: Optional[float], plan: BatchPlan) -> List[str]:
+    """``--ema DECAY`` (or ``model_ema.enable`` in the config): an average of the weights trained beside
+    the model (training/model_ema_hook.py), updated once per optimizer step; the log line that says so."""
+    if not ema_requested(cfg, decay):
+        return []
+    settings = dict(cfg.get('model_ema') or {})
+    decay = settings.get('decay', 0.9999) if decay is None else decay
+    warmup = settings.get('warmup', 2000)
+    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), ema_hook(decay, warmup)]
+    return [f'EMA of the weights: decay {decay} per optimizer step (effective batch {plan.effective_batch}, '
+            f'accumulation {plan.accumulation}), warm-up {warmup} steps; validation and the checkpoints\' '
+            f'state_dict use the average (ema_state_dict: the trained weights)']
+
+
+def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
+    """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
+    the checkpoint to resume from (read once, first: ``--auto-fit`` reuses what it recorded;
+    ``Resume.hand_to`` gives it to the Runner), the batch plan (auto-fitted on request), norms and DDP
+    for this machine, trackers, the toolkit's hooks, the optimizer wrapper, the sample checks and the
+    work dir.
+
+    Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
+    checkpoint that cannot be resumed from."""
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    resume = Resume.choose(cfg.work_dir, args.resume, ResumeFit(cfg))
+    fitted, fit_lines = fit_batch_to_memory(cfg, args, world_size, resume.checkpoint)
+    accumulation, keep_total_batch = (fitted[1], False) if fitted else (args.accumulation, args.keep_total_batch)
+    plan = resolve_batch_plan(cfg, world_size, accumulation, keep_total_batch, args.scale_lr)
+    apply_batch_plan(cfg, plan)
+    adapt_to_machine(cfg)
+    add_vis_backends(cfg, args.vis_backend)
+    configure_training_hooks(cfg, plan.as_dict(), args.skip_nonfinite)
+    configure_optim_wrapper(cfg, plan, args.amp)
+    check_samples(cfg, ['train_dataloader', 'val_dataloader'])
+    resume.configure(cfg)
+    if resume.path or cfg.get('load_from'):
+        # the checkpoint holds every backbone weight (checked once built): no pretrained file is read
+        # or downloaded only to be overwritten
+        cfg.model.backbone.init_cfg = None
+    return TrainingRun(plan, resume, fit_lines + configure_ema(cfg, args.ema, plan))

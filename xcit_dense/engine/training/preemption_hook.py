@@ -1,0 +1,134 @@
+"""A checkpoint on preemption signals, at an iteration boundary, so that a requeued job neither
+loses nor repeats a batch: the checkpoint holds the state after its last completed iteration and,
+through ``DataPositionHook``, the samples of the epoch trained so far, where the resume continues
+(in epoch loops as in iteration loops)."""
+import os
+import signal
+import subprocess
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ...errors import Preempted
+from ...io.checkpoint import ATOMIC_WRITES
+from ..distributed.collectives import meet
+from ..distributed.process_group import world_size
+from .optim_wrappers import step_agreement
+from .resume import write_pointer
+from .rng_state_hook import RNGStateHook
+from .step_agreement import clear_signal, note_signal, noted_signal
+
+_loading = False  # the main process is waiting for the next training batch (it may be interrupted)
+
+
+class _SignalWhileLoading(BaseException):
+    """Raised by the handler inside batch loading (e.g. a run of bad-sample retries): the run stops
+    there, with nothing of the iteration to lose. A BaseException: no ``except Exception`` of a
+    pipeline or of the bad-sample loop swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopWhileLoading:
+    """The training loop's batches (a DataLoader or an iterator over one), loaded interruptibly."""
+
+    def __init__(self, batches, hook: 'PreemptionHook', runner) -> None:
+        self._batches, self._hook, self._runner = batches, hook, runner
+
+    def __getattr__(self, name: str):
+        return getattr(self._batches, name)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __iter__(self) -> '_StopWhileLoading':
+        return _StopWhileLoading(iter(self._batches), self._hook, self._runner)
+
+    def __next__(self):
+        global _loading
+        signum = noted_signal()  # noted during validation, say: stop before loading more
+        if not signum:
+            _loading = True
+            try:
+                return next(self._batches)
+            except _SignalWhileLoading as stop:
+                signum = stop.signum
+            finally:
+                _loading = False
+        # the last completed iteration is runner.iter: its state is the model's now
+        self._hook._checkpoint_and_stop(self._runner, signum, step=self._runner.iter)
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """On SIGTERM or SIGUSR1, checkpoint at the next iteration boundary and stop. In a run of one
+    process, a signal that arrives while the next batch is loaded (bad samples retried, slow
+    storage) stops at once, with the checkpoint of the last completed iteration.
+
+    The checkpoint is ``iter_<step>.pth`` (``step``: the iterations done), with the data position of
+    ``DataPositionHook``; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
+    job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them with
+    REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py continues
+    from the newest checkpoint without being asked (engine/training/resume.py). Elsewhere the run just stops;
+    ``--resume`` continues it at the next sample. The hook then raises ``Preempted``: the tools exit
+    with 128 + the signal number.
+    All ranks stop at the same iteration, the end of an optimizer step (with gradient accumulation,
+    the step under way is finished first); they learn of a signal in the step's one agreement
+    (``step_agreement``).
+    """
+
+    priority = 'VERY_LOW'  # after the regular checkpoint hook
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def before_train(self, runner) -> None:
+        """Catch the signals instead of dying mid-iteration."""
+        clear_signal()
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+        loop = runner.train_loop  # an iteration loop holds an iterator, an epoch loop its DataLoader
+        if world_size() > 1:  # ranks must agree on the iteration they stop at: the boundary only
+            return
+        if hasattr(loop, 'dataloader_iterator'):
+            loop.dataloader_iterator = _StopWhileLoading(loop.dataloader_iterator, self, runner)
+        else:
+            loop.dataloader = _StopWhileLoading(loop.dataloader, self, runner)
+
+    def _on_signal(self, signum, frame) -> None:
+        """Note the signal: the checkpoint is written between optimizer steps, or now while loading."""
+        note_signal(signum)
+        if _loading:
+            raise _SignalWhileLoading(signum)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        """Checkpoint, requeue and exit once any rank has been signalled."""
+        if not runner.optim_wrapper.should_update():  # inside an accumulation: stop at its step
+            return
+        signum = step_agreement(runner.optim_wrapper).signal
+        if not signum:
+            return
+        self._checkpoint_and_stop(runner, signum, step=runner.iter + 1)
+
+    def _checkpoint_and_stop(self, runner, signum: int, step: int) -> None:
+        """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, raise Preempted."""
+        for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
+            if isinstance(hook, RNGStateHook):
+                hook.gather(runner)
+        name = signal.Signals(signum).name
+        filename = f'iter_{step}.pth'
+        runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')
+        runner.save_checkpoint(runner.work_dir, filename, by_epoch=False, meta=dict(iter=step),
+                               backend_args=dict(ATOMIC_WRITES))
+        if runner.rank == 0:
+            path = os.path.join(runner.work_dir, filename)
+            write_pointer(runner.work_dir, path)
+            job = os.environ.get('SLURM_JOB_ID')
+            # said before the requeue: Slurm may end the job's processes as soon as it is asked
+            runner.logger.info(f'checkpoint saved: {path}; stopping '
+                               + (f'for the requeue of Slurm job {job}' if job else '(--resume continues the run)'))
+            if job:
+                runner.logger.info(f'requeueing Slurm job {job}')
+                subprocess.run(['scontrol', 'requeue', job], check=False)
+        meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
+        raise Preempted(signum)

@@ -58,7 +58,7 @@ def test_a_step_past_its_bound_is_reported_with_the_resume_hint():
     """The step watch of a real (one-process gloo) group reports while the main thread is stuck,
     and ends the process with status 1."""
     script = ('import time\n'
-              'from xcit_dense.engine import dist\n'
+              'from xcit_dense.engine.distributed import process_group as dist\n'
               'dist.init_distributed("pytorch")\n'
               'dist._WATCH.arm(1)\n'
               'time.sleep(120)\n')

@@ -88,7 +88,7 @@ def install(out: Optional[str] = None) -> None:
                                          step_agreement.agree_on_max)
     rng_state.gather_objects = _timed('collective/gather_objects (RNG states)',
                                       rng_state.gather_objects)
-    collectives.meet = _timed('collective/meet (exit)', collectives.meet)
+    collectives.barrier_within = _timed('collective/barrier_within (exit)', collectives.barrier_within)
 
     def call_hook(self, fn_name: str, **kwargs) -> None:
         if fn_name not in ITER_FNS:

@@ -82,12 +82,12 @@ def _allreduce_worker(rank: int, port: int, calls: int, queue) -> None:
     """One of 2 gloo processes: time ``agree_on_max`` right after a barrier (its own latency)."""
     import torch.distributed as dist
 
-    from xcit_dense.engine.distributed.collectives import agree_on_max, meet
+    from xcit_dense.engine.distributed.collectives import agree_on_max, barrier_within
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     dist.init_process_group('gloo', rank=rank, world_size=2)
     times = []
     for _ in range(calls):
-        meet(60.0)
+        barrier_within(60.0)
         start = time.perf_counter()
         agree_on_max([0.0, 0.0])
         times.append(time.perf_counter() - start)

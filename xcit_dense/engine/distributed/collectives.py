@@ -95,7 +95,7 @@ def broadcast_from_first(obj: Any) -> Any:
     return box[0]
 
 
-def meet(timeout_s: float) -> None:
+def barrier_within(timeout_s: float) -> None:
     """All ranks meet within ``timeout_s``; raises naming a rank that did not arrive (gloo's
     ``monitored_barrier``, on the side group when the main backend is not gloo)."""
     if not dist.is_initialized():

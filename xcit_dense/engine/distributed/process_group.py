@@ -344,7 +344,7 @@ def is_peer_failure(exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and any(text in str(exc) for text in _PEER_GONE))
 
 
-def _gist(exc: BaseException) -> str:
+def _first_sentence_of(exc: BaseException) -> str:
     """The first sentence of a backend's error, without its source-file prefix."""
     text = re.sub(r'^\[[^\]]*\]\s*', '', str(exc).strip().splitlines()[0])
     return text.split('. ')[0][:200]
@@ -404,7 +404,7 @@ def leave_process_group(sync_timeout_s: float = 60.0) -> None:
     not arrive, or when something still holds the group after its destruction."""
     if not dist.is_initialized():
         return
-    collectives.meet(sync_timeout_s)  # names a missing rank, on NCCL runs too (the gloo side group)
+    collectives.barrier_within(sync_timeout_s)  # names a missing rank, on NCCL runs too (the gloo side group)
     gc.collect()  # a finished Runner and its DDP wrapper (which holds the group) sit in cycles
     dist.destroy_process_group()  # the side group with it
     collectives.close_control_group()
@@ -434,7 +434,7 @@ def _exit_now(exc: BaseException) -> None:
         code = 1
         if dist.is_initialized() and is_peer_failure(exc):
             _REPORTING.acquire()  # when the step watch reports already, it ends the process
-            _report_lost_peers(f'a collective failed ({_gist(exc)})')
+            _report_lost_peers(f'a collective failed ({_first_sentence_of(exc)})')
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -11,7 +11,7 @@ a first compilation); a compile in a later step extends that step's bound (``eng
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
-from .collectives import meet
+from .collectives import barrier_within
 from .process_group import begin_step_bound, end_step_bound, wait_bound_s, world_size
 
 
@@ -50,7 +50,7 @@ class StepBoundHook(Hook):
             self._first = False
             return
         if self._gap:
-            meet(wait_bound_s())
+            barrier_within(wait_bound_s())
             self._gap = False
         begin_step_bound()
 

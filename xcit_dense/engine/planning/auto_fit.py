@@ -96,20 +96,21 @@ def _long_short(size) -> Tuple[int, int]:
     return max(a, b), min(a, b)
 
 
-def _grow(bound: Optional[Tuple[int, int]], other: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+def _covering(bound: Optional[Tuple[int, int]], other: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
     if bound is None or other is None:
         return other if bound is None else bound
     return max(bound[0], other[0]), max(bound[1], other[1])
 
 
-def _after(transform: dict, bound: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+def _bound_after(transform: dict, bound: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
     """The (long side, short side) bound on the image after ``transform``, given the one before it."""
     kind = transform.get('type')
     if kind == 'RandomChoice':
         branches = transform['transforms']
         out = None
         for branch in branches:
-            out = _grow(out, _after_all(branch if isinstance(branch, (list, tuple)) else [branch], bound))
+            steps = branch if isinstance(branch, (list, tuple)) else [branch]
+            out = _covering(out, _bound_after_pipeline(steps, bound))
         return out
     if kind in ('Resize', 'RandomResize'):
         scale = transform.get('scale')
@@ -128,7 +129,7 @@ def _after(transform: dict, bound: Optional[Tuple[int, int]]) -> Optional[Tuple[
     if kind == 'RandomChoiceResize':
         out = None
         for scale in transform['scales']:
-            out = _grow(out, _long_short(scale))
+            out = _covering(out, _long_short(scale))
         return out
     if kind in ('RandomCrop', 'FixShapeResize'):
         size = transform.get('crop_size') or (transform.get('width'), transform.get('height'))
@@ -136,13 +137,13 @@ def _after(transform: dict, bound: Optional[Tuple[int, int]]) -> Optional[Tuple[
         return crop if bound is None else (min(bound[0], crop[0]), min(bound[1], crop[1]))
     if kind == 'Pad' and transform.get('size') is not None:
         pad = _long_short(transform['size'])
-        return pad if bound is None else _grow(bound, pad)
+        return pad if bound is None else _covering(bound, pad)
     return bound
 
 
-def _after_all(pipeline: List[dict], bound: Optional[Tuple[int, int]] = None) -> Optional[Tuple[int, int]]:
+def _bound_after_pipeline(pipeline: List[dict], bound: Optional[Tuple[int, int]] = None) -> Optional[Tuple[int, int]]:
     for transform in pipeline:
-        bound = _after(transform, bound)
+        bound = _bound_after(transform, bound)
     return bound
 
 
@@ -167,7 +168,7 @@ def probe_shape(cfg: Config) -> Tuple[int, int]:
                 or not all(isinstance(v, int) and v > 0 for v in given)):
             raise AutoFitError(f'auto_fit.probe_shape must be (height, width) in pixels, got {given!r}')
         return tuple(given)
-    bound = _after_all(_train_dataset(cfg).get('pipeline') or [])
+    bound = _bound_after_pipeline(_train_dataset(cfg).get('pipeline') or [])
     if bound is None:
         raise AutoFitError('the training pipeline does not bound the image size (no Resize, RandomResize, '
                            'RandomChoiceResize, RandomCrop or Pad with a size): set auto_fit.probe_shape = '
@@ -241,7 +242,8 @@ def _probe_model(model_cfg: dict, device: torch.device) -> torch.nn.Module:
     return model.to(device).train()
 
 
-def _try(model: torch.nn.Module, batch: Dict[str, Any], amp: Optional[str], device: torch.device) -> int:
+def _peak_bytes_of_one_step(model: torch.nn.Module, batch: Dict[str, Any], amp: Optional[str],
+                            device: torch.device) -> int:
     """One forward and backward; the peak reserved bytes on a GPU (0 on CPUs)."""
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
@@ -283,13 +285,13 @@ class Outcome:
     detail: str
 
 
-def _one_rank(cfg: Config, model, images: int, shape, instances: int, amp: Optional[str],
-              device: torch.device, usable: int, extra: int) -> Outcome:
+def _probe_this_rank(cfg: Config, model, images: int, shape, instances: int, amp: Optional[str],
+                     device: torch.device, usable: int, extra: int) -> Outcome:
     rank = dist.get_rank() if dist.is_initialized() else 0
     host = socket.gethostname()
     batch = synthetic_batch(cfg, images, shape, instances, torch.Generator().manual_seed(rank))
     try:
-        peak = _try(model, batch, amp, device)
+        peak = _peak_bytes_of_one_step(model, batch, amp, device)
     except Exception as exc:  # every rank reports before any stops: no rank is left in the agreement
         model.zero_grad(set_to_none=True)
         gist = f'{type(exc).__name__}: {" ".join(str(exc).split())[:500]}'  # frames dropped
@@ -327,8 +329,8 @@ def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
              f'with_cp {bool((cfg.model.get("backbone") or {}).get("with_cp"))})']
     try:
         for tried_images, tried_accumulation in candidates(images, accumulation):
-            outcomes = gather_objects(_one_rank(cfg, model, tried_images, shape, instances, amp, device,
-                                                usable, extra))
+            outcomes = gather_objects(_probe_this_rank(cfg, model, tried_images, shape, instances, amp, device,
+                                                       usable, extra))
             failed = next((o for o in outcomes if o.result == 'failed'), None)
             if failed is not None:
                 why = f'; {ONE_IMAGE_WITH_BN}' if BATCH_NORM_ON_ONE in failed.detail else ''

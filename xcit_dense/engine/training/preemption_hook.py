@@ -11,7 +11,7 @@ from mmengine.registry import HOOKS
 
 from ...errors import Preempted
 from ...io.checkpoint import ATOMIC_WRITES
-from ..distributed.collectives import meet
+from ..distributed.collectives import barrier_within
 from ..distributed.process_group import world_size
 from .optim_wrappers import step_agreement
 from .resume import write_pointer
@@ -130,5 +130,5 @@ class PreemptionHook(Hook):
             if job:
                 runner.logger.info(f'requeueing Slurm job {job}')
                 subprocess.run(['scontrol', 'requeue', job], check=False)
-        meet(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
+        barrier_within(timeout_s=600)  # rank 0 has written the checkpoint and its pointer
         raise Preempted(signum)

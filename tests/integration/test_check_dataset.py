@@ -142,12 +142,17 @@ def test_categories_of_one_name_or_an_image_of_no_size_are_named(coco, tmp_path,
 
 
 def test_a_split_not_read_and_no_classes_in_the_config(tmp_path):
-    """The COCO recipe names no classes (its dataset class holds them): none are invented."""
+    """The COCO recipe names no classes: its dataset class's 80 are reported, with no file read."""
     cfg = Config.fromfile(str(ROOT / 'configs/xcit/mask_rcnn_xcit_tiny_12_p16_3x_coco.py'))
     cfg.merge_from_dict({'train_dataloader.dataset.data_root': f'{tmp_path}/'})
     train, = check_dataset(cfg, ['train'])
-    assert '  classes: not known (the config names none and the data was not read)' in train.lines()
+    assert len(train.classes) == 80 and train.classes[:2] == ('person', 'bicycle'), train.classes
+    assert any(line.startswith('  classes: 80 (person, bicycle, ') for line in train.lines()), train.lines()
     assert 'annotation file not found' in train.problems[0]
+    # a dataset class that declares none either: none are invented
+    cfg.merge_from_dict({'train_dataloader.dataset.type': 'mmengine.BaseDataset'})
+    train, = check_dataset(cfg, ['train'])
+    assert '  classes: not known (the config names none and the data was not read)' in train.lines()
 
 
 def test_classes_that_differ_from_the_annotation_file(coco, capsys):

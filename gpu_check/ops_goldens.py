@@ -2,7 +2,7 @@
 
 With mmcv-lite, ``mmcv._ext`` is the toolkit's, backed by torchvision: comparing a GPU's ops with
 the same machine's CPU ops would compare torchvision with itself. The goldens keep what compiled
-mmcv computed on the same inputs (``tools/make_ops_goldens.py``, run where compiled mmcv is
+mmcv computed on the same inputs (``tools/misc/make_ops_goldens.py``, run where compiled mmcv is
 installed: ``XCIT_MMCV=compiled bash tools/install.sh``), and :func:`compare` runs the installed
 ``mmcv.ops`` on any device against them:
 

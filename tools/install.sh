@@ -25,7 +25,7 @@
 #   TORCH_CUDA_ARCH_LIST  CUDA architectures to compile for, e.g. "8.0;9.0" (default: the GPUs present)
 #   MAX_JOBS         parallel compile jobs (default: number of cores)
 # The CUDA compiler is the system's when torch accepts it, else NVIDIA's PyPI one installed into
-# the virtual environment (see tools/build_mmcv.py).
+# the virtual environment (see tools/misc/build_mmcv.py).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -42,7 +42,7 @@ step "4/5 predictions on validation images"
 "$PYTHON" tools/infer.py "$CONFIG" "$CHECKPOINT" "$VAL_IMAGES" --limit 16 \
   --out-dir "$WORK/predictions" --mosaic "$WORK/predictions.png"
 step "5/5 training curves"
-"$PYTHON" tools/plot_logs.py "$WORK" --out "$WORK/curves.png"
+"$PYTHON" tools/analysis_tools/plot_logs.py "$WORK" --out "$WORK/curves.png"
 echo "[demo] done in $((SECONDS - start)) s (data, training and evaluation: $((trained - start)) s)"
 grep -hE 'bbox_mAP_copypaste|segm_mAP_copypaste|\| +(aAcc|mIoU)|mIoU:' "$WORK/eval.log" | tail -n 3 || true
 echo "[demo] pictures: $WORK/predictions.png (and $WORK/predictions/), curves: $WORK/curves.png"

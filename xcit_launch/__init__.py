@@ -13,5 +13,5 @@ architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv whe
 ``linkless_writes``: the toolkit's output files, written through no link; ``image_names``: the
 inference tools' inputs and picture names; ``decode_work``: the bounds on an image file's decoding
 work, checked before a decoder opens it; ``onnx_segmentation``: an exported segmentor run with
-onnxruntime, numpy and OpenCV (``tools/infer_onnx.py``).
+onnxruntime, numpy and OpenCV (``tools/deployment/infer_onnx.py``).
 """

@@ -1,5 +1,5 @@
 """The inputs and picture names of the inference tools (stdlib only: ``tools/infer.py`` and the
-torch-free ``tools/infer_onnx.py`` name their files alike)."""
+torch-free ``tools/deployment/infer_onnx.py`` name their files alike)."""
 import os
 from pathlib import Path
 from typing import Iterator, List, Set

@@ -1,6 +1,6 @@
 """Find or compile an mmcv wheel with its ops (CPU, or CPU + CUDA) for the installed torch.
 
-Run by tools/install.sh as tools/build_mmcv.py, before the package is installed (standard library
+Run by tools/install.sh as tools/misc/build_mmcv.py, before the package is installed (standard library
 only until ``main`` imports torch): prints the path of the wheel to install on stdout (nothing
 when the installed mmcv already fits), everything else on stderr. Wheels are kept under
 <cache>/wheels/<key>/, where the key names everything the binary depends on, and reused.
@@ -294,12 +294,12 @@ def write_build_info(src: Path, key: str, torch_version: str, toolkit: Optional[
     """Add mmcv/xcit_build_info.py to the source: what the compiled ops are built for."""
     cuda = None if toolkit is None else f'{toolkit.version[0]}.{toolkit.version[1]}'
     (src / 'mmcv' / 'xcit_build_info.py').write_text(
-        '"""Written by xcit-dense\'s tools/build_mmcv.py: what this mmcv\'s compiled ops were built for."""\n'
+        '"""Written by xcit-dense\'s tools/misc/build_mmcv.py: what this mmcv\'s compiled ops were built for."""\n'
         f'CACHE_KEY = {key!r}\n'
         f'TORCH_VERSION = {torch_version!r}\n'
         f'CUDA_VERSION = {cuda!r}  # None: CPU ops only\n'
         f'CUDA_ARCH_LIST = {archs!r}  # TORCH_CUDA_ARCH_LIST entries, e.g. (\'8.0\', \'9.0+PTX\')\n'
-        f'OPS = {ops!r}  # (): every op; else only these (tools/build_mmcv.py --ops)\n')
+        f'OPS = {ops!r}  # (): every op; else only these (tools/misc/build_mmcv.py --ops)\n')
 
 
 def build(src: Path, out: Path, env: dict, log_path: Path) -> None:
@@ -380,7 +380,7 @@ def installed_mismatch(version: str, request: Request, ops: tuple[str, ...] = ()
     if not request.cuda:
         return None
     if info is None:
-        return 'the installed mmcv was not built by tools/build_mmcv.py: its CUDA architectures are unknown'
+        return 'the installed mmcv was not built by tools/misc/build_mmcv.py: its CUDA architectures are unknown'
     if info.CUDA_VERSION is None or tuple(info.CUDA_ARCH_LIST) != request.archs:
         built = ';'.join(info.CUDA_ARCH_LIST) or 'CPU only'
         return f'the installed mmcv is built for {built}, {";".join(request.archs)} is requested'
@@ -396,7 +396,7 @@ def gpu_archs() -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """tools/build_mmcv.py's command line: print the wheel to install, or check the installed mmcv;
+    """tools/misc/build_mmcv.py's command line: print the wheel to install, or check the installed mmcv;
     a BuildError ends it with its message and status 1."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--version', required=True, help='mmcv version to build')

@@ -1,4 +1,4 @@
-"""Cut mmcv 2.1.0's source down to a few ops before it is compiled, for tools/build_mmcv.py --ops.
+"""Cut mmcv 2.1.0's source down to a few ops before it is compiled, for tools/misc/build_mmcv.py --ops.
 
 mmcv has no subset option: setup.py compiles every file its globs find (77 C++ files, 58 CUDA
 ones, about 58 core-minutes with CUDA). The check on a lent GPU machine needs nms and RoIAlign
@@ -68,14 +68,14 @@ def filter_pybind(text: str, functions: Iterable[str]) -> str:
 def left_out_module(ops: tuple[str, ...]) -> str:
     """mmcv/xcit_left_out.py: what a function of an op left out of the build does when called."""
     return (
-        '"""Written by xcit-dense\'s tools/build_mmcv.py --ops: this mmcv was compiled with some ops only."""\n'
+        '"""Written by xcit-dense\'s tools/misc/build_mmcv.py --ops: this mmcv was compiled with some ops only."""\n'
         f'BUILT_OPS = {ops!r}\n\n\n'
         'def left_out(name):\n'
         '    """A stand-in for mmcv._ext.<name>, which this build does not hold: it raises when called."""\n'
         '    def call(*args, **kwargs):\n'
         '        raise NotImplementedError(\n'
         '            f"mmcv\'s compiled op function {name!r} was left out of this build, which holds the ops "\n'
-        '            f"{\', \'.join(BUILT_OPS)} only (tools/build_mmcv.py --ops); build mmcv without --ops "\n'
+        '            f"{\', \'.join(BUILT_OPS)} only (tools/misc/build_mmcv.py --ops); build mmcv without --ops "\n'
         '            "for all of them")\n'
         '    call.__name__ = name\n'
         '    return call\n')

@@ -1,5 +1,5 @@
-"""Segmentation with a file of ``tools/export_onnx.py --whole`` outside the toolkit: onnxruntime, numpy and
-OpenCV only (``tools/infer_onnx.py``), so that a server needs neither torch nor OpenMMLab.
+"""Segmentation with a file of ``tools/deployment/export_onnx.py --whole`` outside the toolkit: onnxruntime, numpy and
+OpenCV only (``tools/deployment/infer_onnx.py``), so that a server needs neither torch nor OpenMMLab.
 
 The file carries what the caller does around it in its ``metadata_props`` (JSON values, written by
 ``xcit_dense.analysis.onnx_export.segmentation_metadata``): the test pipeline's ``Resize`` (``scale``,
@@ -70,7 +70,7 @@ class SegmentationModel:
         self.session = onnxruntime.InferenceSession(path, providers=['CPUExecutionProvider'])
         props = self.session.get_modelmeta().custom_metadata_map
         if props.get('task') != '"segmentation"':
-            raise ValueError(f'{path}: not a segmentor of tools/export_onnx.py --whole (no segmentation '
+            raise ValueError(f'{path}: not a segmentor of tools/deployment/export_onnx.py --whole (no segmentation '
                              f'metadata)')
         self.meta = {key: json.loads(value) for key, value in props.items()}
         self.classes: List[str] = list(self.meta['classes'])

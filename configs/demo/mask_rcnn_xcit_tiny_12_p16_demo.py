@@ -68,7 +68,7 @@ val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
 
 # 2 processes x 4 images, 2000 training images: 250 iterations an epoch; evaluate at the
-# middle and at the end (the curve in tools/plot_logs.py), checkpoint at the end
+# middle and at the end (the curve in tools/analysis_tools/plot_logs.py), checkpoint at the end
 max_epochs = 4
 train_cfg = dict(max_epochs=max_epochs, val_interval=2)
 param_scheduler = [

@@ -1,4 +1,4 @@
-"""tools/browse_dataset.py's library: N training samples after the pipeline, drawn, and a mosaic; on a
+"""tools/analysis_tools/browse_dataset.py's library: N training samples after the pipeline, drawn, and a mosaic; on a
 real photo with a class override, browse, test --show-dir and infer draw to the end."""
 import json
 import sys

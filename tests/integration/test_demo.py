@@ -151,7 +151,7 @@ def test_demo_trains_evaluates_and_draws(demo_run):
         (sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval'),
         (sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val', '--out-dir', out,
          '--mosaic', tmp / 'mosaic.png'),
-        (sys.executable, 'tools/plot_logs.py', work))
+        (sys.executable, 'tools/analysis_tools/plot_logs.py', work))
     assert 'coco/bbox_mAP' in test.stdout and 'coco/segm_mAP' in test.stdout
     assert 'test: 100%' in test.stderr and '2/2 [' in test.stderr  # the progress bar over 3 images
     assert '3 of 3 images done' in infer.stdout
@@ -279,7 +279,7 @@ def whole_demo(request, tmp_path_factory):
     steps += run_all(
         (sys.executable, 'tools/infer.py', config, checkpoint, data / val_images, '--limit', 16,
          '--out-dir', tmp / 'pictures', '--mosaic', tmp / 'mosaic.png'),
-        (sys.executable, 'tools/plot_logs.py', work, '--out', tmp / 'curves.png'))
+        (sys.executable, 'tools/analysis_tools/plot_logs.py', work, '--out', tmp / 'curves.png'))
     return dict(task=task, tmp=tmp, config=config, work=work, steps=steps, evaluation=evaluation)
 
 

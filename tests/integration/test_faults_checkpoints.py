@@ -135,7 +135,8 @@ def test_crafted_checkpoint_never_runs_code_in_any_tool(tmp_path, trained_tiny_s
     in_process = {
         'train --resume FILE': ('tools/train.py', config, '--work-dir', tmp_path / 'run', '--resume', evil),
         'train --resume (a planted iter_9.pth)': ('tools/train.py', config, '--work-dir', planted, '--resume'),
-        'convert': ('tools/convert_xcit_checkpoint.py', evil, tmp_path / 'out.pth', '--arch', 'tiny_12',
+        'convert': ('tools/model_converters/convert_xcit_checkpoint.py', evil, tmp_path / 'out.pth',
+                    '--arch', 'tiny_12',
                     '--patch-size', '16'),
     }
     commands = {

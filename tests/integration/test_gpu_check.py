@@ -1,4 +1,4 @@
-"""tools/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, each training
+"""tools/misc/gpu_check.py: every step at tiny sizes on the CPU, results kept step by step, each training
 step failing on what its log lacks (planted faults in real runs), budgets that cut a step, and
 subprocesses that never outlive it."""
 import json
@@ -30,7 +30,7 @@ def test_every_step_but_compile_runs_tiny_on_the_cpu_and_its_log_shows_what_it_m
     cores): its judging is tested below, its run in the rehearsal (dev/gpu-check-rehearsal.md)."""
     steps = [step for step in check.STEP_NAMES if step != 'compile']
     on_disk = {}
-    with spawned([sys.executable, str(ROOT / 'tools/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,
+    with spawned([sys.executable, str(ROOT / 'tools/misc/gpu_check.py'), '--device', 'cpu', '--tiny', '--steps', *steps,
                   '--out-dir', str(tmp_path / 'out')], env=launch_env(), stdout=subprocess.PIPE,
                  stderr=open(tmp_path / 'stderr', 'w'), text=True) as proc:
         for line in proc.stdout:

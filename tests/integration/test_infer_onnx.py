@@ -1,7 +1,7 @@
-"""tools/infer_onnx.py: a segmentor's ONNX file run without torch or OpenMMLab, on a graph built here with
+"""tools/deployment/infer_onnx.py: a segmentor's ONNX file run without torch or OpenMMLab, on a graph built here with
 onnx's helpers (logits = the RGB channels, so the label map is known from the image's colours): its
 metadata's resize and palette, results.json as tools/infer.py writes it, and the decoding limits; and
-(slow) a Semantic FPN exported by tools/export_onnx.py, checked on images, then run by it."""
+(slow) a Semantic FPN exported by tools/deployment/export_onnx.py, checked on images, then run by it."""
 import json
 import subprocess
 import sys
@@ -37,7 +37,7 @@ PALETTE = [[0, 255, 0], [255, 255, 255], [255, 0, 255]]  # RGB, per class
 
 def colour_classes_model(path, scale):
     """A (1, 3, H, W) image to logits equal to its channels (1x1 identity convolution) and their argmax,
-    with the metadata of tools/export_onnx.py: RGB order, so red is class 0 and blue class 2."""
+    with the metadata of tools/deployment/export_onnx.py: RGB order, so red is class 0 and blue class 2."""
     weight = helper.make_tensor('weight', TensorProto.FLOAT, [3, 3, 1, 1], np.eye(3, dtype=np.float32).ravel())
     graph = helper.make_graph(
         [helper.make_node('Conv', ['image', 'weight'], ['logits']),
@@ -54,7 +54,8 @@ def colour_classes_model(path, scale):
 
 
 def run_infer_onnx(*args, cwd):
-    return subprocess.run([sys.executable, '-c', RUN_BLOCKED, str(ROOT / 'tools/infer_onnx.py'), *map(str, args)],
+    tool = str(ROOT / 'tools/deployment/infer_onnx.py')
+    return subprocess.run([sys.executable, '-c', RUN_BLOCKED, tool, *map(str, args)],
                           cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
@@ -106,7 +107,7 @@ def test_a_file_without_segmentation_metadata_is_refused(tmp_path):
     del loaded.metadata_props[:]
     helper.set_model_props(loaded, {'task': '"detection"'})
     onnx.save(loaded, str(model))
-    with pytest.raises(ValueError, match='not a segmentor of tools/export_onnx.py --whole'):
+    with pytest.raises(ValueError, match='not a segmentor of tools/deployment/export_onnx.py --whole'):
         SegmentationModel(str(model))
 
 
@@ -116,13 +117,14 @@ def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_p
     metadata): --whole --check --images gives each image's pixel agreement and logits difference, all within
     the tolerances (exit status 0; exported as built, mmseg's Upsample keeps the traced size and they are
     not); the file's metadata names the classes; the same comparison against other weights is beyond the
-    tolerances; and tools/infer_onnx.py runs the file where torch and OpenMMLab cannot be imported."""
+    tolerances; and tools/deployment/infer_onnx.py runs the file where torch and OpenMMLab cannot be imported."""
     out, config = tmp_path / 'segmentor.onnx', tmp_path / 'tiny.py'
     config.write_text(f"_base_ = {str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')!r}\n"
                       'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '
                       'neck=dict(in_channels=[64] * 4))\n')
     images = seg_data / 'images' / 'validation'
-    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--whole', '--shape', '64', '64', '--check',
+    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--whole', '--shape', '64', '64',
+                               '--check',
                                '--images', images, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(f'{images}/') and 'pixels agreeing' in line]

@@ -100,7 +100,7 @@ def test_plot_logs_writes_no_plot_through_a_link(tmp_path, tiny_seg_run):
     _, work_dir = tiny_seg_run
     target = victim(tmp_path)
     (work_dir / 'curves.png').symlink_to(target)
-    proc = run_tool_in_process('tools/plot_logs.py', work_dir, cwd=tmp_path)
+    proc = run_tool_in_process('tools/analysis_tools/plot_logs.py', work_dir, cwd=tmp_path)
     assert target.read_text() == KEEP
     refused(proc, work_dir / 'curves.png')
 
@@ -109,6 +109,6 @@ def test_onnx_export_writes_through_no_link(tmp_path, seg_data):
     config, target = tiny_seg_config(tmp_path, seg_data), victim(tmp_path)
     out = tmp_path / 'backbone.onnx'
     out.symlink_to(target)
-    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--shape', '64', '64', cwd=tmp_path)
+    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--shape', '64', '64', cwd=tmp_path)
     assert target.read_text() == KEEP
     refused(proc, out)  # before the trace

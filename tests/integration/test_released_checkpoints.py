@@ -170,7 +170,7 @@ def test_classes_and_palette_reach_the_inferencer(tmp_path, demo_data):
 
 def test_converter_writes_a_strictly_loading_file(tmp_path, demo_data, capsys):
     path = released_file(tmp_path / 'released.pth', 'mask_rcnn', 8)
-    run_tool_in_process('tools/convert_xcit_checkpoint.py', path, tmp_path / 'out.pth')
+    run_tool_in_process('tools/model_converters/convert_xcit_checkpoint.py', path, tmp_path / 'out.pth')
     printed = capsys.readouterr().out
     assert ('mapped backbone.pos_embeder.token_projection.weight -> '
             'backbone.pos_embed.token_projection.weight') in printed

@@ -16,7 +16,7 @@ def run_tool(tool, *args, check=True):
 
 
 def test_count_params_prints_every_preset():
-    out = run_tool('tools/count_params.py').stdout
+    out = run_tool('tools/analysis_tools/count_params.py').stdout
     rows = [line for line in out.splitlines() if line.startswith('| ') and line[2].isalpha()
             and not line.startswith('| arch')]
     assert len(rows) == 2 * len(PRESETS)
@@ -40,7 +40,7 @@ def test_convert_official_checkpoint(tmp_path):
     precious = tmp_path / 'precious'
     precious.write_text('keep me')
     (tmp_path / 'dense.pth.tmp').symlink_to(precious)  # planted where the tool once wrote its temporary file
-    run_tool('tools/convert_xcit_checkpoint.py', tmp_path / 'official.pth', tmp_path / 'dense.pth',
+    run_tool('tools/model_converters/convert_xcit_checkpoint.py', tmp_path / 'official.pth', tmp_path / 'dense.pth',
              '--arch', 'tiny_12', '--patch-size', '8')
     assert precious.read_text() == 'keep me' and not (tmp_path / 'dense.pth').is_symlink()
     converted = torch.load(tmp_path / 'dense.pth', weights_only=True)
@@ -54,14 +54,14 @@ def test_convert_official_checkpoint(tmp_path):
 
 def test_convert_refuses_another_architecture(tmp_path):
     torch.save({'model': XCiT(arch='small_12').state_dict()}, tmp_path / 'small.pth')
-    proc = run_tool('tools/convert_xcit_checkpoint.py', tmp_path / 'small.pth', tmp_path / 'out.pth',
+    proc = run_tool('tools/model_converters/convert_xcit_checkpoint.py', tmp_path / 'small.pth', tmp_path / 'out.pth',
                     '--arch', 'tiny_12', '--patch-size', '16', check=False)
     assert proc.returncode != 0 and 'shape mismatches' in proc.stderr
     assert not (tmp_path / 'out.pth').exists()
 
 
 def test_smoke_runs_mask_rcnn_and_upernet(tmp_path):
-    out = run_tool('tools/smoke.py', '--size', '128', '160', '--work-dir', tmp_path).stdout
+    out = run_tool('tools/misc/smoke.py', '--size', '128', '160', '--work-dir', tmp_path).stdout
     assert 'mask_rcnn_xcit_p16.py: XCiT-small_12/16 -> ' in out and 'masks (' in out
     assert 'upernet_xcit_p16.py: XCiT-small_12/16 -> segmentation map (1, 128, 160)' in out
     assert out.rstrip().endswith('[smoke] OK')

@@ -62,8 +62,8 @@ def test_classifier_loads_the_authors_layout_and_gives_class_attention():
 
 
 def run_tool(*args) -> str:
-    """tools/vis_attention.py as users run it, in this process (no process of its own needed)."""
-    proc = run_tool_in_process('tools/vis_attention.py', *args, cwd=ROOT)
+    """tools/analysis_tools/vis_attention.py as users run it, in this process (no process of its own needed)."""
+    proc = run_tool_in_process('tools/analysis_tools/vis_attention.py', *args, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 

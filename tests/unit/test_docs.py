@@ -20,7 +20,7 @@ NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in T
 # Paths the docs name that are not in the repository: other projects' files, users' examples, what
 # an install makes.
 NOT_IN_THE_REPOSITORY = {
-    'tools/analysis_tools/get_flops.py': "mmdet's", 'docs/notes/benchmarks.md': "detectron2's",
+    'docs/notes/benchmarks.md': "detectron2's",
     'configs/my_shapes.py': "a user's config in an example", 'xcit_dense/.mim/': 'made by the install (setup.py)'}
 FENCE = re.compile(r'^\s*(```|~~~)')
 HEADING = re.compile(r'^#{1,6}\s+(.*?)\s*#*\s*$')

@@ -1,4 +1,4 @@
-"""tools/gpu_bundle.py and tools/gpu_device_check.py (gpu_check.bundle, gpu_check.device_check)
+"""tools/misc/gpu_bundle.py and tools/misc/gpu_device_check.py (gpu_check.bundle, gpu_check.device_check)
 without network: the requirement check of a bundle, its pins against the stack's, the .pth files
 of a --target install, and the call's time plan."""
 import json

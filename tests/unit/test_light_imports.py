@@ -13,7 +13,7 @@ from helpers import ROOT
 # script as __main__ (a tool, or mmdet's own, run in-process stays fine).
 BY_PATH = re.compile(r'spec_from_file_location|SourceFileLoader|load_source\(|run_path\(')
 RUN_AS_MAIN = re.compile(r'''run_path\([^\n]*run_name=['"]__main__['"]''')
-SCANNED = ('tools/*.py', 'xcit_dense/**/*.py', 'xcit_launch/**/*.py', 'gpu_check/**/*.py', 'tests/**/*.py')
+SCANNED = ('tools/**/*.py', 'xcit_dense/**/*.py', 'xcit_launch/**/*.py', 'gpu_check/**/*.py', 'tests/**/*.py')
 # stdlib-only modules (onnx_segmentation: numpy, OpenCV and onnxruntime); preflight imports mmengine's
 # Config and nothing heavier
 LIGHT = ('netif', 'torchrun', 'known_warnings', 'cuda_arch', 'mmcv_build', 'mmcv_subset', 'linkless_writes',

@@ -288,7 +288,7 @@ def test_two_concurrent_installs_publish_one_complete_wheel(tmp_path):
 
 
 def test_a_build_error_is_raised_and_main_makes_it_the_exit_message(tmp_path, monkeypatch):
-    """The helpers raise BuildError (a caller gets an exception); main, run by tools/build_mmcv.py,
+    """The helpers raise BuildError (a caller gets an exception); main, run by tools/misc/build_mmcv.py,
     exits with '[build_mmcv] <message>'."""
     src = tmp_path / 'mmcv-2.1.0'
     src.mkdir()

@@ -54,7 +54,7 @@ def exits(path: Path, name: str) -> Iterator[Site]:
 def mains_tools_run(root: Path) -> Set[str]:
     """The library files whose ``main`` a tools/ wrapper imports (``from xcit_launch.torchrun import main``)."""
     found = set()
-    for tool in sorted((root / 'tools').glob('*.py')):
+    for tool in sorted((root / 'tools').rglob('*.py')):
         for node in ast.walk(ast.parse(tool.read_text(), str(tool))):
             if isinstance(node, ast.ImportFrom) and (node.module or '').split('.')[0] in PACKAGES \
                     and any(alias.name == 'main' for alias in node.names):

@@ -77,7 +77,8 @@ def test_the_export_tool_says_its_weights_are_random_and_logs_no_initialisation(
     config.write_text(f"_base_ = {str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')!r}\n"
                       'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '
                       'neck=dict(in_channels=[64] * 4))\n')
-    proc = run_tool_in_process('tools/export_onnx.py', config, out, '--shape', '64', '64', '--check', cwd=tmp_path)
+    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--shape', '64', '64', '--check',
+                               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f'wrote {out} (random weights: no --checkpoint given)' in proc.stdout
     assert 'largest difference onnxruntime vs PyTorch' in proc.stdout

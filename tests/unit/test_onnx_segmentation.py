@@ -1,5 +1,5 @@
 """xcit_launch/onnx_segmentation.py's numpy parts against the libraries it stands in for (pycocotools'
-RLE, mmcv's resize rule), which tools/infer_onnx.py cannot import."""
+RLE, mmcv's resize rule), which tools/deployment/infer_onnx.py cannot import."""
 import mmcv
 import numpy as np
 import pytest

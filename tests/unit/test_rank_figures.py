@@ -144,7 +144,7 @@ def test_a_slow_fetch_warns_once_naming_the_rank_and_num_workers(two_rank_log):
 @pytest.mark.slow
 def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_run, tmp_path):
     out = tmp_path / 'curves.png'
-    plot = subprocess.run([sys.executable, str(ROOT / 'tools/plot_logs.py'), str(two_rank_run / 'rank0'),
+    plot = subprocess.run([sys.executable, str(ROOT / 'tools/analysis_tools/plot_logs.py'), str(two_rank_run / 'rank0'),
                            '--out', str(out)], capture_output=True, text=True, timeout=120)
     assert plot.returncode == 0, plot.stderr
     lines = plot.stdout.splitlines()
@@ -164,7 +164,8 @@ def test_the_plot_tool_draws_every_ranks_panels_from_the_runs_scalars(two_rank_r
     unknown.parent.mkdir()
     unknown.write_text(''.join(json.dumps({k: v for k, v in record.items() if k != 'ranks/mfu_mean'}) + '\n'
                                for record in records))
-    plot = subprocess.run([sys.executable, str(ROOT / 'tools/plot_logs.py'), str(unknown), '--out', str(out)],
+    tool = str(ROOT / 'tools/analysis_tools/plot_logs.py')
+    plot = subprocess.run([sys.executable, tool, str(unknown), '--out', str(out)],
                           capture_output=True, text=True, timeout=120)
     assert plot.returncode == 0, plot.stderr
     assert "  achieved FLOP/s and MFU: TFLOP/s per rank, (MFU n/a: the device's peak is unknown)" in plot.stdout
@@ -197,7 +198,8 @@ def test_the_plot_draws_shares_and_rates_apart_and_leaves_out_what_a_cpu_run_did
                         'ranks/net_received_mb_s/node0': 50.0, 'ranks/net_sent_mb_s/node0': 40.0})
     scalars.write_text(''.join(json.dumps(record) + '\n' for record in records))
     with matplotlib.rc_context({'svg.fonttype': 'none'}):
-        proc = run_tool_in_process('tools/plot_logs.py', tmp_path / 'run', '--out', tmp_path / 'curves.svg',
+        proc = run_tool_in_process('tools/analysis_tools/plot_logs.py', tmp_path / 'run', '--out',
+                                   tmp_path / 'curves.svg',
                                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     panels = svg_panels(tmp_path / 'curves.svg')

@@ -144,7 +144,7 @@ def max_abs_error(path: str, module: nn.Module, image: torch.Tensor) -> float:
 
 def check_segmentation(path: str, module: nn.Module, images: Sequence[str]) -> List[dict]:
     """onnxruntime's file at ``path`` beside ``module`` (``SegmentorForward``) on each image, prepared as
-    ``tools/infer_onnx.py`` prepares it from the file's metadata: per image the share of pixels whose
+    ``tools/deployment/infer_onnx.py`` prepares it from the file's metadata: per image the share of pixels whose
     labels agree, the logits' largest difference and whether both are within ``MIN_PIXEL_AGREEMENT``
     and ``MAX_LOGITS_DIFFERENCE``. An image that cannot be read raises ValueError or FileNotFoundError."""
     from xcit_launch.onnx_segmentation import SegmentationModel, read_image

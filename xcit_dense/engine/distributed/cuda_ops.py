@@ -11,7 +11,7 @@ mode). Failures are told apart by the order of the tries, not by CUDA's error te
 2. the installed ops. Two installs serve ``mmcv._ext`` (tools/install.sh). The default, mmcv-lite
    with xcit_mmcv_ext, runs torchvision's kernels: they must be torchvision's CUDA kernels for this
    torch, which a tiny ``nms`` and ``roi_align`` proves. A compiled mmcv (``XCIT_MMCV=compiled``)
-   holds CUDA code for the architectures it was built for: tools/build_mmcv.py writes
+   holds CUDA code for the architectures it was built for: tools/misc/build_mmcv.py writes
    mmcv/xcit_build_info.py into its wheels (CUDA version and TORCH_CUDA_ARCH_LIST), and a GPU
    outside that list would fail inside an mmcv kernel launch ("no kernel image is available").
    Which architectures run on which GPU is ``xcit_launch.cuda_arch``'s rule, the one the build uses.
@@ -37,7 +37,7 @@ class GpuUnusable(RuntimeError):
 
 def mmcv_cuda_archs() -> Optional[tuple[str, ...]]:
     """The architectures the installed compiled mmcv's CUDA ops were built for: ``CPU_ONLY`` for a
-    build without them, None when unknown (mmcv-lite, or an mmcv not built by tools/build_mmcv.py)."""
+    build without them, None when unknown (mmcv-lite, or an mmcv not built by tools/misc/build_mmcv.py)."""
     try:
         info = importlib.import_module('mmcv.xcit_build_info')
     except ImportError:

@@ -1,4 +1,4 @@
-"""Run a segmentor exported by tools/export_onnx.py --whole on your own images, with onnxruntime,
+"""Run a segmentor exported by tools/deployment/export_onnx.py --whole on your own images, with onnxruntime,
 numpy and OpenCV only (no torch, mmengine, mmcv, mmseg or mmdet: a server needs none of them).
 
 As tools/infer.py does for segmentation: for each image (a file, or every file of a folder) a
@@ -22,7 +22,7 @@ from xcit_launch.linkless_writes import UnsafeOutput, write_bytes
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('model', help='the .onnx file of tools/export_onnx.py --whole (a segmentor)')
+    parser.add_argument('model', help='the .onnx file of tools/deployment/export_onnx.py --whole (a segmentor)')
     parser.add_argument('inputs', nargs='+', help='image files and/or folders of images')
     parser.add_argument('--out', default='work_dirs/infer_onnx', help='where pictures and results.json go')
     parser.add_argument('--limit', type=int, help='process at most this many images')

@@ -1,7 +1,7 @@
 """Export a config's XCiT backbone (any input size) or whole model (--whole) to ONNX.
 
 A segmentor (--whole) is exported for any input size: logits at the input's size and the label map,
-with the classes, palette, normalisation and test resize in the file's metadata (tools/infer_onnx.py
+with the classes, palette, normalisation and test resize in the file's metadata (tools/deployment/infer_onnx.py
 runs it without torch); a detector's tensor forward for the --shape size only.
 --check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or, for a
 segmentor, on the images of --images DIR (per image: the label maps' pixel agreement and the logits'

@@ -13,7 +13,7 @@ import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; ch
 from xcit_dense.builder import build_model
 from xcit_dense.inference import predict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ['configs/_base_/models/mask_rcnn_xcit_p16.py', 'configs/_base_/models/upernet_xcit_p16.py']
 
 

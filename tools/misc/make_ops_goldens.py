@@ -1,8 +1,8 @@
 """Write the golden outputs the GPU check compares the installed mmcv ops with.
 
-  python tools/make_ops_goldens.py                          # NMS and RoIAlign, compiled mmcv on the CPU
-  python tools/make_ops_goldens.py --served-ops             # the other served ops, compiled mmcv on a GPU
-  python tools/make_ops_goldens.py --served-ops --reference # the same from the float64 CPU reference
+  python tools/misc/make_ops_goldens.py                          # NMS and RoIAlign, compiled mmcv on the CPU
+  python tools/misc/make_ops_goldens.py --served-ops             # the other served ops, compiled mmcv on a GPU
+  python tools/misc/make_ops_goldens.py --served-ops --reference # the same from the float64 CPU reference
 
 The first two need compiled mmcv 2.1.0 (XCIT_MMCV=compiled bash tools/install.sh); see
 gpu_check/ops_goldens.py and gpu_check/served_ops_goldens.py for what each file holds and its source.
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's gpu_check/ (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's gpu_check/ (not installed)
 from gpu_check import ops_goldens, served_ops_goldens  # noqa: E402
 
 

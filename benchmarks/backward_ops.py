@@ -11,7 +11,7 @@ Two views of the backward, medians over the rounds:
 - per ATen operator run inside the backward (self time): the kernels those nodes spend it in.
 
 The profiler slows small operators more than large ones: compare shares and the two models, not
-the seconds with the timed steps of ``tools/benchmark_whole_models.py``. On a CPU, XCiT runs its fast
+the seconds with the timed steps of ``python -m benchmarks whole_models``. On a CPU, XCiT runs its fast
 layers in their CPU layouts; ``--layout reference`` runs them as on a GPU.
 
     PYTHONPATH=. python benchmarks/backward_ops.py --size 800 1333 --batch 2 --rounds 2 --top 15

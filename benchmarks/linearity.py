@@ -68,7 +68,7 @@ def verdicts(result: dict) -> Dict[str, bool]:
 
 
 def summary(result: dict) -> str:
-    """The check as printed by ``tools/benchmark.py --linearity``."""
+    """The check as printed by ``python -m benchmarks backbones --linearity``."""
     low, high, pixels, t = result['low'], result['high'], result['pixel_ratio'], result['times_ms']
     ok = verdicts(result)
     time_max = TARGETS['time_growth_over_pixel_ratio']['max']

@@ -1,7 +1,7 @@
 """The toolkit's own cost per training iteration: iteration times read from MMEngine's json log,
 each hook's own time per iteration and the per-step collectives' time, timed inside the run.
 
-``install()`` runs in the training process (tools/benchmark_overhead.py puts a ``sitecustomize``
+``install()`` runs in the training process (``python -m benchmarks overhead`` puts a ``sitecustomize``
 that calls it on the child's path, so that tools/train.py and tools/dist_train.sh run unchanged):
 it wraps ``Runner.call_hook`` to time each hook's ``before_train_iter``/``after_train_iter`` and
 the collectives of xcit_dense.engine (``agree_on_max`` behind the step agreement, ``gather_objects``),

@@ -1,4 +1,4 @@
-"""tools/benchmark.py in a tiny smoke form: its outputs are produced and well formed (no timings checked)."""
+"""`python -m benchmarks backbones`, tiny: its outputs are produced and well formed (no timings checked)."""
 import csv
 import json
 import math
@@ -8,9 +8,9 @@ import pytest
 import torch
 from helpers import ROOT, randomize_, run
 
-from benchmarks.cli import parse_args
 from benchmarks.measure import build
 from benchmarks.report import CSV_COLUMNS, growth, markdown
+from benchmarks.run_backbones import parse_args
 from benchmarks.runs import job_spec, run_jobs
 from benchmarks.sizes import Size, label, parse_size
 from benchmarks.targets import TARGETS, compute_ratios, met
@@ -22,7 +22,7 @@ NUMERIC = ('time_ms', 'time_min_ms', 'time_max_ms', 'peak_mem_mb', 'peak_tensor_
 def test_smoke_run_writes_table_csv_and_plot(tmp_path):
     out = tmp_path / 'bench'
     proc = run(
-        [sys.executable, 'tools/benchmark.py', '--backbones', 'xcit_t12_p16', '--resolutions', '64',
+        [sys.executable, '-m', 'benchmarks', 'backbones', '--backbones', 'xcit_t12_p16', '--resolutions', '64',
          '--repeats', '1', '--warmup', '0', '--mode', 'both', '--threads', '1', '--device', 'cpu',
          '--out-dir', str(out)], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""The pure arithmetic of tools/benchmark_overhead.py and tools/benchmark_data_pipeline.py (no timing)."""
+"""The pure arithmetic of `python -m benchmarks overhead` and `... data_pipeline` (no timing)."""
 import json
 
 import numpy as np

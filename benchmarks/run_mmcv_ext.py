@@ -1,7 +1,7 @@
 """Micro-benchmark of the kernels behind mmcv._ext at the recipe's shapes: the toolkit's
 (xcit_mmcv_ext, on torchvision) against a compiled mmcv 2.1.0's, side by side in one process.
 
-  python tools/benchmark_mmcv_ext.py [--compiled-ext PATH/mmcv/_ext.cpython-311-x86_64-linux-gnu.so]
+  python -m benchmarks mmcv_ext [--compiled-ext PATH/mmcv/_ext.cpython-311-x86_64-linux-gnu.so]
 
 The compiled module is loaded from its file (an environment made with XCIT_MMCV=compiled for the
 same torch); without it only the toolkit's column is measured. Shapes: Mask R-CNN at 800x1333,
@@ -17,7 +17,7 @@ import importlib.util
 import statistics
 import time
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -81,8 +81,9 @@ def median_seconds(fn: Callable, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(argv: Optional[list] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m benchmarks mmcv_ext', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--compiled-ext', help="a compiled mmcv 2.1.0's _ext extension file")
     parser.add_argument('--repeats', type=int, default=5)
     args = parser.parse_args(argv)
@@ -119,7 +120,3 @@ def main(argv: Optional[list] = None) -> None:
             row += [f'{statistics.median(times[names[0]]) / statistics.median(times[names[1]]):.2f}',
                     f'{diff:.3g}' if same_shape else f'shapes {tuple(a.shape)} vs {tuple(b.shape)}']
         print('| ' + ' | '.join(row) + ' |')
-
-
-if __name__ == '__main__':
-    main()

@@ -1,4 +1,4 @@
-"""tools/benchmark.py's command line: speed and peak memory of XCiT and the alternatives against image size.
+"""``python -m benchmarks backbones``: speed and peak memory of XCiT and the alternatives against image size.
 
 For every model, size and mode it measures the time per image and the peak memory
 of inference (``infer``) and of one training step, forward and backward (``train``). Each
@@ -40,8 +40,8 @@ Outputs in ``--out-dir``: benchmark.md (also printed), benchmark.csv, benchmark.
 Runs over ``--max-mem-gb`` or ``--timeout``, after ``--budget-s`` or matching ``--skip`` are
 marked skipped. Example (the README has the command of its table)::
 
-    .venv/bin/python tools/benchmark.py --resolutions 512 1024 1600 --ratios --out-dir work_dirs/benchmark
-    .venv/bin/python tools/benchmark.py --backbones xcit_s12_p16 swin_t --sizes 1333x800 --mode infer
+    .venv/bin/python -m benchmarks backbones --resolutions 512 1024 1600 --ratios --out-dir work_dirs/benchmark
+    .venv/bin/python -m benchmarks backbones --backbones xcit_s12_p16 swin_t --sizes 1333x800 --mode infer
 """
 import argparse
 import os
@@ -63,7 +63,8 @@ def _size(text: str) -> Resolution:
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """The command line, checked: known model names, ``backbones`` with the configs appended, ``modes``."""
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+    parser = argparse.ArgumentParser(prog='python -m benchmarks backbones',
+                                     description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--backbones', nargs='+', default=DEFAULT_MODELS, metavar='NAME',
                         help=f'models to measure, of: {", ".join(MODELS)}')

@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from benchmarks.overhead import (  # noqa: E402
     per_iteration,
     read_iteration_times,
@@ -141,8 +141,9 @@ def ranks_cost(args: argparse.Namespace, interval: int, wd) -> list:
                          'hook\'s own time per iteration (share)', 'load avg (on / off)']), '']
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m benchmarks overhead', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--config', default=CONFIG)
     parser.add_argument('--pairs', type=int, default=1, help='alternated pairs per comparison')
     parser.add_argument('--iters', type=int, default=10, help='training iterations per run (per process)')
@@ -154,7 +155,7 @@ def main() -> None:
     parser.add_argument('--ranks-intervals', type=int, nargs='+', default=[1, 50],
                         help="logger intervals of the 'ranks' part (the hook gathers once per interval)")
     parser.add_argument('--out', help='also write the tables (markdown) to this file')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix='xcit_overhead_') as tmp:
         measure(args, Path(tmp))
 
@@ -241,7 +242,3 @@ def measure(args: argparse.Namespace, tmp: Path) -> None:
     print('\n' + text)
     if args.out:
         Path(args.out).write_text(text + '\n')
-
-
-if __name__ == '__main__':
-    main()

@@ -16,20 +16,17 @@ the same proposals in both models, in training and at inference (``WholeModel(fi
 with random weights each RPN's own proposals decide the heads' work. Example (the command of
 benchmarks/reports/whole_models.md)::
 
-    PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task det --rounds 3 --threads 2 \\
+    PYTHONPATH=. .venv/bin/python -m benchmarks whole_models --task det --rounds 3 --threads 2 \\
         --out benchmarks/reports/whole_models_det.md
 """
 import argparse
 import os
 import platform
-import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
 from benchmarks.whole_model import WholeModel, side_by_side  # noqa: E402
 
 PAIRS = {'det': (('mask_rcnn_xcit_s12_p16', 'mask_rcnn_swin_t'), (800, 1333)),
@@ -126,8 +123,9 @@ def measure(names: List[str], size, batches: List[int], rounds: int, instances: 
     return lines + ['']
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m benchmarks whole_models', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--task', choices=sorted(PAIRS), default='det')
     parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), help="default: the pair's recipe size")
     parser.add_argument('--rounds', type=int, default=3)
@@ -142,7 +140,7 @@ def main() -> None:
     parser.add_argument('--fixed-proposals', action='store_true',
                         help="the detectors' RoI heads get the same proposals in both models (training and inference)")
     parser.add_argument('--out', help='write the Markdown report here too')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names, size = PAIRS[args.task]
     size = tuple(args.size or size)
@@ -166,7 +164,7 @@ def main() -> None:
         lines += [f'## {extra} at batch 1 beside {names[-1]}', '']
         lines += measure([extra, names[-1]], size, [1], args.rounds, args.instances,
                          fixed_proposals=args.fixed_proposals)
-    lines += [f'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_whole_models.py --task {args.task} '
+    lines += [f'Command: `PYTHONPATH=. .venv/bin/python -m benchmarks whole_models --task {args.task} '
               f'--size {size[0]} {size[1]} --rounds {args.rounds} --batch {args.batch} --threads {args.threads} '
               f'--instances {args.instances}'
               + (f' --extra {" ".join(args.extra)}' if args.extra else '') + (' --roi-check' if args.roi_check else '')
@@ -180,7 +178,3 @@ def main() -> None:
     if args.out:
         with open(args.out, 'w') as f:
             f.write(text)
-
-
-if __name__ == '__main__':
-    main()

@@ -11,13 +11,12 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from benchmarks.overhead import workers_per_gpu  # noqa: E402
 
 CONFIG = 'configs/xcit/mask_rcnn_xcit_small_12_p16_3x_coco.py'
@@ -29,8 +28,9 @@ STEP_SOURCE = ('mmdetection Mask R-CNN R-50-FPN, 53 img/s on 8 V100 (facebookres
                'docs/notes/benchmarks.md)')
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m benchmarks data_pipeline', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--config', default=CONFIG)
     parser.add_argument('--images', type=int, default=60, help='generated images (each timed once)')
     parser.add_argument('--warmup', type=int, default=5)
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument('--images-per-step', type=int, default=2, help='images per GPU per step')
     parser.add_argument('--margin', type=float, default=1.5, help='headroom on the workers needed')
     parser.add_argument('--out', help='also write the tables (markdown) here')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import cv2
     import torch
@@ -108,7 +108,3 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + '\n')
-
-
-if __name__ == '__main__':
-    main()

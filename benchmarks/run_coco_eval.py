@@ -9,18 +9,16 @@ Two figures per round, the two libraries alternated (which goes first swaps ever
 The 12 stats of each iouType are compared (they must agree to 1e-4). Prints a Markdown report and
 writes it to ``--out``. Example (the command of benchmarks/reports/coco_eval.md)::
 
-    PYTHONPATH=. .venv/bin/python tools/benchmark_coco_eval.py --rounds 2 --out benchmarks/reports/coco_eval.md
+    PYTHONPATH=. .venv/bin/python -m benchmarks coco_eval --rounds 2 --out benchmarks/reports/coco_eval.md
 """
 import argparse
 import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from xcit_launch.entry_point import prepare_process
 
@@ -33,8 +31,6 @@ from pycocotools.coco import COCO as PyCOCO
 from pycocotools.cocoeval import COCOeval as PyCOCOeval
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the checkout's, not installed
 from benchmarks.coco_eval import synthetic_detections, synthetic_ground_truth  # noqa: E402
 from xcit_dense.evaluation.coco_metric import FasterCocoMetric, coco_results
 
@@ -66,13 +62,14 @@ def whole_metric(library: str, ann_file: str, results: list, classes: List[str])
     return time.perf_counter() - start, dict(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog='python -m benchmarks coco_eval', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--num-images', type=int, default=5000)
     parser.add_argument('--per-image', type=int, default=100, help="detections per image (mmdet's max_per_img)")
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--out', help='write the Markdown report here too')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     MMLogger.get_instance('mmengine', log_level='WARNING')
 
     start = time.perf_counter()
@@ -119,7 +116,7 @@ def report(args: argparse.Namespace, gt: dict, generated: float, times: dict, st
         f'CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other work; '
         f'median of {args.rounds} rounds, the libraries alternated in one process.',
         '',
-        'Command: `PYTHONPATH=. .venv/bin/python tools/benchmark_coco_eval.py '
+        'Command: `PYTHONPATH=. .venv/bin/python -m benchmarks coco_eval '
         f'--num-images {args.num_images} --per-image {args.per_image} --rounds {args.rounds} --out <this file>`',
         '',
         '| work | pycocotools (mmdet CocoMetric) | faster-coco-eval (FasterCocoMetric) | speed-up | target |',
@@ -142,7 +139,3 @@ def report(args: argparse.Namespace, gt: dict, generated: float, times: dict, st
     same = outputs[LIBRARIES[0]] == outputs[LIBRARIES[1]]
     lines += ['', f'compute_metrics output keys and values identical: {same}', '']
     return '\n'.join(lines)
-
-
-if __name__ == '__main__':
-    main()

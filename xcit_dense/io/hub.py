@@ -35,6 +35,17 @@ def parse_hub_name(name: str) -> Tuple[str, Optional[str]]:
     return repo, revision or None
 
 
+def resolve_hub_file(name: str, filename: str) -> str:
+    """The local file ``filename`` of the repository ``hf-hub:OWNER/NAME[@REVISION]`` (a published model's
+    ``model.json``), from huggingface_hub's cache or downloaded into it. Raises :class:`HubError`."""
+    repo, revision = parse_hub_name(name)
+    try:
+        return hf_hub_download(repo, filename, revision=revision)
+    except (HfHubHTTPError, OSError, ValueError) as exc:  # EntryNotFoundError among them
+        text = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise HubError(f'{name}: huggingface_hub could not fetch {filename} of {repo}: {text}') from exc
+
+
 def resolve_hub_name(name: str) -> str:
     """The local file of ``hf-hub:OWNER/NAME[@REVISION]``: its first :data:`WEIGHT_FILES` entry the
     repository has, from huggingface_hub's cache or downloaded into it. Raises :class:`HubError`

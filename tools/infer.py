@@ -33,7 +33,7 @@ from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
-from xcit_dense.errors import UnsafeOutputError
+from xcit_dense.errors import ToolkitError, UnsafeOutputError
 from xcit_dense.inference import (
     DRAWN_OVERLAP_IOU,
     build_inferencer,
@@ -47,18 +47,22 @@ from xcit_dense.io.hub import is_hub_name
 from xcit_dense.io.output_files import write_bytes, writing
 from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
+from xcit_dense.published import is_published_model, open_published
 from xcit_dense.tasks import Task, task_of_config
 from xcit_launch.image_names import list_inputs
 from xcit_launch.known_warnings import KnownLogMessages
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('config', help='the config the checkpoint was trained with')
-    parser.add_argument('checkpoint', help="checkpoint file (.pth, .safetensors), https URL or "
-                                           "hf-hub:OWNER/NAME (this toolkit's or the authors' released models)")
-    parser.add_argument('inputs', nargs='+', help='image files and/or folders of images')
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     usage='%(prog)s [options] (CONFIG CHECKPOINT | MODEL) INPUTS [INPUTS ...]')
+    parser.add_argument('sources', nargs='+', metavar='CONFIG CHECKPOINT | MODEL, INPUTS',
+                        help="the config the checkpoint was trained with and the checkpoint file (.pth, "
+                             ".safetensors), https URL or hf-hub:OWNER/NAME (this toolkit's or the authors' released "
+                             "models); or a published model alone (a folder of tools/publish_model.py, or hf-hub:"
+                             "OWNER/NAME holding one); then image files and/or folders of images")
+    parser.add_argument('--trust-config', action='store_true',
+                        help="a published folder: build from its config.py (executed) instead of its recipe")
     parser.add_argument('--out-dir', default='work_dirs/infer', help='where pictures and results.json go')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='detections drawn from this score up (results.json keeps all)')
@@ -81,7 +85,17 @@ def parse_args() -> argparse.Namespace:
                                          "when torch sees a GPU, else cpu)")
     parser.add_argument('--mosaic', metavar='FILE',
                         help='also write the first pictures side by side into FILE (up to 4x4)')
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.published = is_published_model(args.sources[0])
+    if args.published:
+        args.config, args.checkpoint, args.inputs = args.sources[0], None, args.sources[1:]
+    else:
+        args.config, args.checkpoint, args.inputs = args.sources[0], (args.sources[1:] or [None])[0], args.sources[2:]
+        if args.trust_config:
+            parser.error('--trust-config is for a published model folder')
+    if not args.inputs:
+        parser.error('no images given: CONFIG CHECKPOINT INPUTS, or MODEL INPUTS for a published model')
+    return args
 
 
 def read_image(path: str, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
@@ -145,19 +159,26 @@ def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
 
 def main() -> None:
     args = parse_args()
-    for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')):
+    for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')) if not args.published else ():
         if '://' not in path and not is_hub_name(path) and not os.path.isfile(path):
             sys.exit(f'error: {what} file not found: {path}')
     MMLogger.get_current_instance().addFilter(KnownLogMessages())  # the stack's known notices
     out_dir = Path(args.out_dir)
+    published = None
     try:
-        cfg = load_config(args.config)
+        if args.published:
+            published = open_published(args.config, args.trust_config)
+            cfg, args.checkpoint = published.config, published.weights
+        else:
+            cfg = load_config(args.config)
         cfg.visualizer.save_dir = str(out_dir)  # its LocalVisBackend's folder (pictures go to out_file)
         task = task_of_config(cfg)
         inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device(),
                                       raw_weights=args.raw_weights)
-    except (ValueError, CheckpointError, RuntimeError) as exc:
+    except (ValueError, CheckpointError, RuntimeError, ToolkitError) as exc:
         sys.exit(f'error: {exc}')
+    if published and published.dataset_meta:  # a safetensors file names no classes: model.json does
+        inferencer.model.dataset_meta = dict(published.dataset_meta)
     if inferencer.weights_used:
         tqdm.write(inferencer.weights_used, file=sys.stderr)
     visualizer = inferencer.visualizer

@@ -27,14 +27,18 @@ from xcit_dense.io.checkpoint_schema import SchemaError, dataset_meta_of
 from xcit_dense.io.hub import is_hub_name
 from xcit_dense.io.output_files import writing
 from xcit_dense.io.weights import check_matches_model, read_checkpoint
+from xcit_dense.published import is_published_model, open_published
 from xcit_dense.tasks import task_of_config
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('config', help='test config file')
-    parser.add_argument('checkpoint', help="checkpoint file (.pth, .safetensors), https URL or hf-hub:OWNER/NAME "
-                                           "(this toolkit's or the authors' released models)")
+    parser.add_argument('config', help='test config file, or a published model (a folder of tools/publish_model.py, '
+                                       'or hf-hub:OWNER/NAME holding one) given alone')
+    parser.add_argument('checkpoint', nargs='?', help="checkpoint file (.pth, .safetensors), https URL or hf-hub:"
+                                                      "OWNER/NAME (this toolkit's or the authors' released models)")
+    parser.add_argument('--trust-config', action='store_true',
+                        help="a published folder: build from its config.py (executed) instead of its recipe")
     parser.add_argument('--work-dir', help='where the evaluation log goes (default: work_dirs/<config>)')
     parser.add_argument('--out', help='save the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='draw predictions (with ground truth) into this folder')
@@ -86,13 +90,34 @@ def warn_other_classes(runner, checkpoint: str, loaded: dict) -> None:
                               f'the metrics name the test set\'s')
 
 
+def open_published_config(args: argparse.Namespace) -> bool:
+    """Where ``args.config`` is a published model: its config in ``args.cfg`` and its checked weights file
+    in ``args.checkpoint`` (xcit_dense.published); False for a config file."""
+    if not is_published_model(args.config):
+        return False
+    if args.checkpoint is not None:
+        raise ValueError(f'{args.config} is a published model, which holds its weights: give no CHECKPOINT')
+    published = open_published(args.config, args.trust_config, args.cfg_options)
+    task_of_config(published.config).import_models()
+    args.cfg, args.checkpoint = published.config, published.weights
+    return True
+
+
 def main() -> None:
     """The command line: the toolkit's errors become ``error: ...`` and status 1 (in a
     multi-process run ``process_group`` ends the process alike)."""
     args = parse_args()
     try:
         try:
-            cfg = open_tool_config(args.config, args.cfg_options)
+            if open_published_config(args):
+                pass
+            elif args.checkpoint is None:
+                sys.exit('error: give CONFIG CHECKPOINT, or a published model (folder or hf-hub: name) alone')
+            elif args.trust_config:
+                sys.exit('error: --trust-config is for a published model folder')
+            else:
+                args.cfg = open_tool_config(args.config, args.cfg_options)
+            cfg = args.cfg
             named = '://' in args.checkpoint or is_hub_name(args.checkpoint)  # a URL or hub name, not a path
             if not named and not os.path.isfile(args.checkpoint):
                 sys.exit(f'error: checkpoint file not found: {args.checkpoint}')

@@ -231,7 +231,7 @@ def _test_pipelines(cfg: Config) -> List[list]:
     return [p for p in [*pipelines, cfg.get('test_pipeline')] if isinstance(p, list)]
 
 
-def test_scale(cfg: Config) -> Optional[List[int]]:
+def resize_scale(cfg: Config) -> Optional[List[int]]:
     """The ``scale`` of the first Resize of the config's test pipeline; None where it has no Resize."""
     for pipeline in _test_pipelines(cfg)[:1]:
         for step in pipeline:
@@ -265,7 +265,7 @@ def overrides_of(run: Config, recipe: Config, saved_meta: Dict[str, Any]) -> Dic
     return dict(classes=list(classes) if classes else None,
                 num_classes=nums[0] if nums else None,
                 palette=[list(map(int, c)) for c in colours] if colours else None,
-                image_scale=test_scale(run),
+                image_scale=resize_scale(run),
                 mean=[float(v) for v in preprocessor['mean']] if preprocessor.get('mean') else None,
                 std=[float(v) for v in preprocessor['std']] if preprocessor.get('std') else None,
                 model=model_changes(run.model.to_dict(), recipe.model.to_dict()))

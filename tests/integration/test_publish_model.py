@@ -9,7 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import cached_hub_repo, run_tool_in_process
+from safetensors.torch import load_file
+
+from xcit_dense.io.checkpoint import read_checkpoint_file, write_checkpoint
 
 RECIPE = 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py'
 
@@ -144,6 +148,8 @@ def test_publish_refuses_a_missing_or_corrupt_checkpoint_a_used_folder_and_a_lin
     proc = run_tool_in_process('tools/publish_model.py', tmp_path / 'bad.pth', tmp_path, '--config', config,
                                cwd=tmp_path)
     one_line_refusal(proc, f'error: cannot read checkpoint {tmp_path / "bad.pth"}')
+    proc = run_tool_in_process('tools/publish_model.py', work_dir / 'iter_4.pth', tmp_path, cwd=tmp_path)
+    one_line_refusal(proc, 'through its _base_ chain')  # the merged copy in the work dir names no recipe
     used = tmp_path / 'used' / published.name
     used.mkdir(parents=True)
     (used / 'notes.txt').write_text('mine')
@@ -159,3 +165,22 @@ def test_publish_refuses_a_missing_or_corrupt_checkpoint_a_used_folder_and_a_lin
                                config, cwd=tmp_path)
     one_line_refusal(proc, 'is a symbolic link: the toolkit never writes through one')
     assert not list(elsewhere.iterdir())
+
+
+def test_an_ema_checkpoint_publishes_its_average_and_says_so(tmp_path, trained_tiny_seg):
+    """A checkpoint with ``ema_state_dict`` (the trained run's, given one): model.safetensors holds its
+    state_dict, the average the tools take by default, and model.json and the card say so."""
+    config, work_dir = trained_tiny_seg
+    ckpt = read_checkpoint_file(str(work_dir / 'iter_4.pth'))
+    trained = {k: v + 1 for k, v in ckpt['state_dict'].items()}
+    ckpt['ema_state_dict'] = {'steps': torch.tensor(4), **{f'module.{k}': v for k, v in trained.items()}}
+    write_checkpoint(ckpt, str(tmp_path / 'ema.pth'))
+    proc = run_tool_in_process('tools/publish_model.py', tmp_path / 'ema.pth', tmp_path / 'out', '--config', config,
+                               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = (tmp_path / 'out').iterdir()
+    assert json.loads((folder / 'model.json').read_text())['weights']['ema_average'] is True
+    assert 'the EMA average of the trained weights' in (folder / 'README.md').read_text()
+    published = load_file(folder / 'model.safetensors')
+    assert published.keys() == ckpt['state_dict'].keys()
+    assert all(torch.equal(published[k], v) for k, v in ckpt['state_dict'].items())

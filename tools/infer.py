@@ -1,4 +1,5 @@
-"""Run a trained detector or segmentor on your own images.
+"""Run a trained detector or segmentor on your own images: CONFIG CHECKPOINT, or a published model alone
+(a folder of tools/publish_model.py, or hf-hub:OWNER/NAME holding one: xcit_dense/published.py).
 
 For each image (a file, or every file of a folder) it writes a picture of the predictions
 (boxes, masks and class names with scores, or a segmentation overlay) to OUT_DIR/<stem>.png

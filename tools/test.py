@@ -1,6 +1,7 @@
 """Evaluate a checkpoint (COCO bbox/segm mAP or mIoU, as the config says); optionally save
 the predictions (--out), draw them (--show-dir), or test with the config's test-time augmentation
-(--tta: multi-scale and flip for the ADE20K configs)."""
+(--tta: multi-scale and flip for the ADE20K configs). CONFIG CHECKPOINT may be replaced by a published
+model alone (a folder of tools/publish_model.py, or hf-hub:OWNER/NAME holding one: xcit_dense/published.py)."""
 import argparse
 import os
 import sys

@@ -1,5 +1,5 @@
 """Run a trained detector or segmentor on your own images: CONFIG CHECKPOINT, or a published model alone
-(a folder of tools/publish_model.py, or hf-hub:OWNER/NAME holding one: xcit_dense/published.py).
+(a folder of tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one: xcit_dense/published.py).
 
 For each image (a file, or every file of a folder) it writes a picture of the predictions
 (boxes, masks and class names with scores, or a segmentation overlay) to OUT_DIR/<stem>.png
@@ -60,8 +60,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('sources', nargs='+', metavar='CONFIG CHECKPOINT | MODEL, INPUTS',
                         help="the config the checkpoint was trained with and the checkpoint file (.pth, "
                              ".safetensors), https URL or hf-hub:OWNER/NAME (this toolkit's or the authors' released "
-                             "models); or a published model alone (a folder of tools/publish_model.py, or hf-hub:"
-                             "OWNER/NAME holding one); then image files and/or folders of images")
+                             "models); or a published model alone (a folder of "
+                             "tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one); then "
+                             "image files and/or folders of images")
     parser.add_argument('--trust-config', action='store_true',
                         help="a published folder: build from its config.py (executed) instead of its recipe")
     parser.add_argument('--out-dir', default='work_dirs/infer', help='where pictures and results.json go')

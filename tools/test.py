@@ -1,7 +1,8 @@
 """Evaluate a checkpoint (COCO bbox/segm mAP or mIoU, as the config says); optionally save
 the predictions (--out), draw them (--show-dir), or test with the config's test-time augmentation
 (--tta: multi-scale and flip for the ADE20K configs). CONFIG CHECKPOINT may be replaced by a published
-model alone (a folder of tools/publish_model.py, or hf-hub:OWNER/NAME holding one: xcit_dense/published.py)."""
+model alone (a folder of tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one:
+xcit_dense/published.py)."""
 import argparse
 import os
 import sys
@@ -34,8 +35,9 @@ from xcit_dense.tasks import task_of_config
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('config', help='test config file, or a published model (a folder of tools/publish_model.py, '
-                                       'or hf-hub:OWNER/NAME holding one) given alone')
+    parser.add_argument('config', help='test config file, or a published model (a folder of '
+                                       'tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one) '
+                                       'given alone')
     parser.add_argument('checkpoint', nargs='?', help="checkpoint file (.pth, .safetensors), https URL or hf-hub:"
                                                       "OWNER/NAME (this toolkit's or the authors' released models)")
     parser.add_argument('--trust-config', action='store_true',

@@ -1,4 +1,4 @@
-"""Published models: a folder that ``tools/publish_model.py`` writes from a training checkpoint, read
+"""Published models: a folder that ``tools/model_converters/publish_model.py`` writes from a training checkpoint, read
 back by ``tools/test.py`` and ``tools/infer.py`` in place of CONFIG CHECKPOINT, with no pickle and no
 config code from the folder.
 

@@ -1,7 +1,7 @@
-"""tools/publish_model.py on the session's trained work dir (trained_tiny_seg: no training here), and the
-folder it writes used by tools/infer.py and tools/test.py in place of CONFIG CHECKPOINT: the same
-predictions and metric as the checkpoint, its config.py never run without --trust-config, damaged weights
-and bad overrides refused. Every tool runs in this process (run_tool_in_process)."""
+"""tools/model_converters/publish_model.py on the session's trained work dir (trained_tiny_seg: no
+training here), and the folder it writes used by tools/infer.py and tools/test.py in place of CONFIG
+CHECKPOINT: the same predictions and metric as the checkpoint, its config.py never run without
+--trust-config, damaged weights and bad overrides refused. Every tool runs in this process (run_tool_in_process)."""
 import hashlib
 import json
 import re
@@ -16,15 +16,16 @@ from safetensors.torch import load_file
 from xcit_dense.io.checkpoint import read_checkpoint_file, write_checkpoint
 
 RECIPE = 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py'
+PUBLISH = 'tools/model_converters/publish_model.py'
 
 
 @pytest.fixture(scope='module')
 def published(tmp_path_factory, trained_tiny_seg) -> Path:
-    """The folder tools/publish_model.py writes of the trained run's last checkpoint (read-only for the tests:
-    those that change it take a copy)."""
+    """The folder PUBLISH writes of the trained run's last checkpoint (read-only for the tests: those that
+    change it take a copy)."""
     config, work_dir = trained_tiny_seg
     out = tmp_path_factory.mktemp('published')
-    proc = run_tool_in_process('tools/publish_model.py', work_dir / 'iter_4.pth', out, '--config', config, cwd=out)
+    proc = run_tool_in_process(PUBLISH, work_dir / 'iter_4.pth', out, '--config', config, cwd=out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = out.iterdir()
     return folder
@@ -141,19 +142,19 @@ def test_weights_of_another_digest_and_a_bad_override_are_refused(tmp_path, publ
 def test_publish_refuses_a_missing_or_corrupt_checkpoint_a_used_folder_and_a_link(tmp_path, published,
                                                                                   trained_tiny_seg):
     config, work_dir = trained_tiny_seg
-    proc = run_tool_in_process('tools/publish_model.py', tmp_path / 'none.pth', tmp_path, '--config', config,
+    proc = run_tool_in_process(PUBLISH, tmp_path / 'none.pth', tmp_path, '--config', config,
                                cwd=tmp_path)
     one_line_refusal(proc, f'error: checkpoint file not found: {tmp_path / "none.pth"}')
     (tmp_path / 'bad.pth').write_bytes(b'PK\x03\x04 not a checkpoint')
-    proc = run_tool_in_process('tools/publish_model.py', tmp_path / 'bad.pth', tmp_path, '--config', config,
+    proc = run_tool_in_process(PUBLISH, tmp_path / 'bad.pth', tmp_path, '--config', config,
                                cwd=tmp_path)
     one_line_refusal(proc, f'error: cannot read checkpoint {tmp_path / "bad.pth"}')
-    proc = run_tool_in_process('tools/publish_model.py', work_dir / 'iter_4.pth', tmp_path, cwd=tmp_path)
+    proc = run_tool_in_process(PUBLISH, work_dir / 'iter_4.pth', tmp_path, cwd=tmp_path)
     one_line_refusal(proc, 'through its _base_ chain')  # the merged copy in the work dir names no recipe
     used = tmp_path / 'used' / published.name
     used.mkdir(parents=True)
     (used / 'notes.txt').write_text('mine')
-    proc = run_tool_in_process('tools/publish_model.py', work_dir / 'iter_4.pth', used.parent, '--config', config,
+    proc = run_tool_in_process(PUBLISH, work_dir / 'iter_4.pth', used.parent, '--config', config,
                                cwd=tmp_path)
     one_line_refusal(proc, f'error: {used} exists and is not an empty folder')
     assert [p.name for p in used.iterdir()] == ['notes.txt']
@@ -161,7 +162,7 @@ def test_publish_refuses_a_missing_or_corrupt_checkpoint_a_used_folder_and_a_lin
     elsewhere.mkdir()
     (tmp_path / 'linked').mkdir()
     (tmp_path / 'linked' / published.name).symlink_to(elsewhere)
-    proc = run_tool_in_process('tools/publish_model.py', work_dir / 'iter_4.pth', tmp_path / 'linked', '--config',
+    proc = run_tool_in_process(PUBLISH, work_dir / 'iter_4.pth', tmp_path / 'linked', '--config',
                                config, cwd=tmp_path)
     one_line_refusal(proc, 'is a symbolic link: the toolkit never writes through one')
     assert not list(elsewhere.iterdir())
@@ -175,7 +176,7 @@ def test_an_ema_checkpoint_publishes_its_average_and_says_so(tmp_path, trained_t
     trained = {k: v + 1 for k, v in ckpt['state_dict'].items()}
     ckpt['ema_state_dict'] = {'steps': torch.tensor(4), **{f'module.{k}': v for k, v in trained.items()}}
     write_checkpoint(ckpt, str(tmp_path / 'ema.pth'))
-    proc = run_tool_in_process('tools/publish_model.py', tmp_path / 'ema.pth', tmp_path / 'out', '--config', config,
+    proc = run_tool_in_process(PUBLISH, tmp_path / 'ema.pth', tmp_path / 'out', '--config', config,
                                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = (tmp_path / 'out').iterdir()

@@ -24,9 +24,12 @@ def usage() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ('-h', '--help'):
+    if argv[:1] in (['-h'], ['--help']):
         print(usage())
-        return 0 if argv else 2
+        return 0
+    if not argv:
+        print(f'error: name a benchmark\n\n{usage()}', file=sys.stderr)
+        return 2
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
         print(f'error: no benchmark named {name!r}\n\n{usage()}', file=sys.stderr)

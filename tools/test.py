@@ -93,17 +93,15 @@ def warn_other_classes(runner, checkpoint: str, loaded: dict) -> None:
                               f'the metrics name the test set\'s')
 
 
-def open_published_config(args: argparse.Namespace) -> bool:
-    """Where ``args.config`` is a published model: its config in ``args.cfg`` and its checked weights file
-    in ``args.checkpoint`` (xcit_dense.published); False for a config file."""
-    if not is_published_model(args.config):
-        return False
+def open_published_config(args: argparse.Namespace) -> Config:
+    """The config of the published model ``args.config``; its checked weights file goes to
+    ``args.checkpoint`` (xcit_dense.published)."""
     if args.checkpoint is not None:
         raise ValueError(f'{args.config} is a published model, which holds its weights: give no CHECKPOINT')
     published = open_published(args.config, args.trust_config, args.cfg_options)
     task_of_config(published.config).import_models()
-    args.cfg, args.checkpoint = published.config, published.weights
-    return True
+    args.checkpoint = published.weights
+    return published.config
 
 
 def main() -> None:
@@ -112,15 +110,14 @@ def main() -> None:
     args = parse_args()
     try:
         try:
-            if open_published_config(args):
-                pass
+            if is_published_model(args.config):
+                cfg = open_published_config(args)
             elif args.checkpoint is None:
                 sys.exit('error: give CONFIG CHECKPOINT, or a published model (folder or hf-hub: name) alone')
             elif args.trust_config:
                 sys.exit('error: --trust-config is for a published model folder')
             else:
-                args.cfg = open_tool_config(args.config, args.cfg_options)
-            cfg = args.cfg
+                cfg = open_tool_config(args.config, args.cfg_options)
             named = '://' in args.checkpoint or is_hub_name(args.checkpoint)  # a URL or hub name, not a path
             if not named and not os.path.isfile(args.checkpoint):
                 sys.exit(f'error: checkpoint file not found: {args.checkpoint}')

@@ -14,6 +14,7 @@ checks ``model.safetensors`` against the sha256 in ``model.json``. The folder's 
 only with ``trust_config`` for a local folder (``--trust-config``), never for an ``hf-hub:`` name.
 """
 import ast
+import copy
 import hashlib
 import json
 import math
@@ -404,7 +405,7 @@ def publish(checkpoint: str, out_dir: str, config: Optional[str] = None) -> Path
     run_cfg, recipe_cfg = load_config(config), load_config(str(REPO_ROOT / recipe))
     meta = ckpt.get('meta') if isinstance(ckpt.get('meta'), dict) else {}
     overrides = overrides_of(run_cfg, recipe_cfg, meta.get('dataset_meta') or {})
-    _check_rebuilds(run_cfg, recipe, overrides)
+    _check_rebuilds(run_cfg, recipe, copy.deepcopy(recipe_cfg), overrides)
 
     from safetensors.torch import save as to_safetensors
     data = to_safetensors({k: v.detach().cpu().clone().contiguous() for k, v in state.items()})
@@ -432,9 +433,9 @@ def _version() -> str:
     return __version__
 
 
-def _check_rebuilds(run: Config, recipe: str, overrides: Dict[str, Any]) -> None:
-    """Refuse to publish overrides that would not rebuild the run's model from the recipe."""
-    rebuilt = load_config(str(REPO_ROOT / recipe))
+def _check_rebuilds(run: Config, recipe: str, rebuilt: Config, overrides: Dict[str, Any]) -> None:
+    """Refuse to publish overrides that would not rebuild the run's model from the recipe (``rebuilt``: a
+    copy of the recipe's config, which the overrides change)."""
     apply_overrides(rebuilt, json.loads(json.dumps(overrides)))
     want = _plain(run.model.to_dict())
     _set_everywhere(want, 'init_cfg', None)

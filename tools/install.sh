@@ -109,7 +109,7 @@ else
     pip_q uninstall -q -y mmcv-lite
   fi
   # The wheel to install: found in the cache or compiled (prints nothing when mmcv already fits).
-  BUILD_MMCV=("$PYTHON" "$ROOT/tools/build_mmcv.py" --version "$MMCV_VERSION" --cache "$CACHE")
+  BUILD_MMCV=("$PYTHON" "$ROOT/tools/misc/build_mmcv.py" --version "$MMCV_VERSION" --cache "$CACHE")
   WHEEL="$("${BUILD_MMCV[@]}")"
   if [ -n "$WHEEL" ]; then
     pip_q install -q --no-deps --force-reinstall "$WHEEL"

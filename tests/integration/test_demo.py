@@ -143,14 +143,22 @@ def demo_run(tmp_path_factory):
 
 
 def test_demo_trains_evaluates_and_draws(demo_run):
+    """The trained checkpoint through tools/test.py, tools/infer.py and the curves; and published
+    (tools/model_converters/publish_model.py: its recipe the detection demo config, its overrides the
+    data's classes), the folder alone through tools/infer.py gives the checkpoint's detections."""
     tmp, config, work = demo_run
     checkpoint = work / 'epoch_1.pth'
     assert (work / 'last_checkpoint').read_text().strip() == str(checkpoint)
     out = tmp / 'pictures'
-    test, infer, plot = run_all(  # each reads the trained work dir, none writes what another reads
+    run(sys.executable, 'tools/model_converters/publish_model.py', checkpoint, tmp / 'published', '--config', config)
+    (folder,) = (tmp / 'published').iterdir()
+    recipe = json.loads((folder / 'model.json').read_text())['recipe']
+    assert recipe == 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
+    test, infer, _, plot = run_all(  # each reads the trained work dir, none writes what another reads
         (sys.executable, 'tools/test.py', config, checkpoint, '--work-dir', tmp / 'eval'),
         (sys.executable, 'tools/infer.py', config, checkpoint, tmp / 'demo_coco/val', '--out-dir', out,
          '--mosaic', tmp / 'mosaic.png'),
+        (sys.executable, 'tools/infer.py', folder, tmp / 'demo_coco/val', '--out-dir', tmp / 'from_folder'),
         (sys.executable, 'tools/analysis_tools/plot_logs.py', work))
     assert 'coco/bbox_mAP' in test.stdout and 'coco/segm_mAP' in test.stdout
     assert 'test: 100%' in test.stderr and '2/2 [' in test.stderr  # the progress bar over 3 images
@@ -165,6 +173,10 @@ def test_demo_trains_evaluates_and_draws(demo_run):
             assert inst['class'] in SHAPES and len(inst['bbox']) == 4 and inst['mask']['size'] == [64, 64]
             assert all(0 <= v <= 64 for v in inst['bbox'])  # in the image's pixels, not the picture's
     assert (work / 'curves.png').stat().st_size > 0 and 'coco/bbox_mAP' in plot.stdout
+    published = json.loads((tmp / 'from_folder/results.json').read_text())
+    assert published['classes'] == results['classes']
+    assert [{k: v for k, v in image.items() if k != 'picture'} for image in published['images']] == \
+        [{k: v for k, v in image.items() if k != 'picture'} for image in results['images']]
 
 
 def test_the_pictures_draw_overlapping_boxes_once(demo_run):

@@ -44,6 +44,9 @@ MAX_DEPTH = 8  # nesting of the model overrides
 # (init_cfg: the weights hold every tensor, nothing is initialised from a pretrained file)
 NAMED_MODEL_KEYS = ('num_classes', 'mean', 'std', 'init_cfg')
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# the folder whose configs/ holds the recipes: the checkout, or the .mim copy that a regular install
+# (pip install ., a wheel) carries beside the package (setup.py's build_py)
+RECIPES_HOME = REPO_ROOT if (REPO_ROOT / 'configs').is_dir() else Path(__file__).resolve().parent / '.mim'
 
 
 class PublishedModelError(ToolkitError):
@@ -78,7 +81,7 @@ def base_files(path: Path) -> List[Path]:
     return []
 
 
-def find_recipe(config: str, configs: Path = REPO_ROOT / 'configs') -> Tuple[str, str]:
+def find_recipe(config: str, configs: Path = RECIPES_HOME / 'configs') -> Tuple[str, str]:
     """(the recipe's path relative to the repository, how it was found): the config itself when it is a
     full config of ``configs/`` (not under ``configs/_base_/``), else the first such file met walking its
     ``_base_`` chain depth first, in the order each file names its bases."""
@@ -402,7 +405,7 @@ def publish(checkpoint: str, out_dir: str, config: Optional[str] = None) -> Path
     if not os.path.isfile(config):
         raise PublishedModelError(f'config file not found: {config}')
     recipe, found_by = find_recipe(config)
-    run_cfg, recipe_cfg = load_config(config), load_config(str(REPO_ROOT / recipe))
+    run_cfg, recipe_cfg = load_config(config), load_config(str(RECIPES_HOME / recipe))
     meta = ckpt.get('meta') if isinstance(ckpt.get('meta'), dict) else {}
     overrides = overrides_of(run_cfg, recipe_cfg, meta.get('dataset_meta') or {})
     _check_rebuilds(run_cfg, recipe, copy.deepcopy(recipe_cfg), overrides)
@@ -468,9 +471,9 @@ def read_description(path: str) -> Dict[str, Any]:
             or description.get('format_version') != FORMAT_VERSION:
         raise PublishedModelError(f'{path}: not a {FORMAT} {FORMAT_VERSION} description')
     recipe = description.get('recipe')
-    configs = (REPO_ROOT / 'configs').resolve()
+    configs = (RECIPES_HOME / 'configs').resolve()
     if (type(recipe) is not str or not recipe.endswith('.py') or os.path.isabs(recipe)
-            or configs not in (REPO_ROOT / recipe).resolve().parents or not (REPO_ROOT / recipe).is_file()):
+            or configs not in (RECIPES_HOME / recipe).resolve().parents or not (RECIPES_HOME / recipe).is_file()):
         raise PublishedModelError(f'{path}: recipe {recipe!r} is not a config file under {configs}')
     digest = (description.get('weights') or {}).get('sha256') if isinstance(description.get('weights'), dict) else None
     if type(digest) is not str or len(digest) != 64 or not all(c in '0123456789abcdef' for c in digest):
@@ -503,7 +506,7 @@ def open_published(name: str, trust_config: bool = False, cfg_options: Optional[
         cfg = load_config(os.path.join(name, CONFIG_COPY), cfg_options)
         meta = apply_overrides(Config(dict(model=dict(cfg.model.to_dict()))), description.get('overrides'))
     else:
-        cfg = Config.fromfile(str(REPO_ROOT / description['recipe']))
+        cfg = Config.fromfile(str(RECIPES_HOME / description['recipe']))
         meta = apply_overrides(cfg, description.get('overrides'))
         try:  # the config's own checks (config_check: the backbone's keys against XCiT's signature)
             cfg = load_config(cfg, cfg_options)

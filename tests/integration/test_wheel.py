@@ -1,8 +1,10 @@
 """A plain (non-editable) install: the wheel that `pip install .` builds imports and trains without
 the checkout. It is installed into a fresh environment that sees the stack of the test environment
 (a path entry to its site-packages, so torch is not downloaded again) but not its editable install
-of this project; a tiny config is trained from another folder with the installed tools/train.py."""
+of this project; a tiny config is trained from another folder with the installed tools/train.py, then
+published and read back by the installed tools (the recipes: the installed .mim/configs)."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +18,10 @@ COPY_IGNORED = ('.git', '.venv', 'build', '*.egg-info', '__pycache__', 'work_dir
 
 
 def run(cmd, **kwargs) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, **kwargs)
+    """``cmd`` without the test run's PYTHONPATH (which may name the checkout: pip would see this project
+    installed already, and the installed copy would import the checkout's)."""
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, env=env, **kwargs)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -60,3 +65,13 @@ def test_the_wheel_imports_and_trains_without_the_checkout(tmp_path, seg_data):
     assert 'Iter(train) [4/4]' in log
     assert (elsewhere / 'work' / 'iter_4.pth').is_file()
     assert (elsewhere / 'work' / 'last_checkpoint').read_text().strip().endswith('iter_4.pth')
+
+    # published from the install: the recipe is found, and read back, under the installed .mim/configs
+    run([python, mim / 'tools' / 'model_converters' / 'publish_model.py', elsewhere / 'work' / 'iter_4.pth',
+         'published', '--config', config], cwd=elsewhere)
+    (folder,) = (elsewhere / 'published').iterdir()
+    recipe = json.loads((folder / 'model.json').read_text())['recipe']
+    assert recipe == 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py'
+    proc = run([python, mim / 'tools' / 'infer.py', folder, seg_data / 'images' / 'validation', '--out-dir', 'pictures',
+                '--device', 'cpu'], cwd=elsewhere)
+    assert '4 of 4 images done' in proc.stdout, proc.stdout[-2000:]

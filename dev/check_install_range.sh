@@ -29,7 +29,7 @@ SETS=("$@")
 # the paths where the stack's versions matter: DDP's options in a two-process training run, torch's
 # serialization (checkpoint save, checked read, resume), timm's XCiT, torchvision's ops, inductor
 VERSION_TESTS=(
-  tests/integration/test_launch.py::test_two_nodes_on_one_machine
+  tests/integration/test_launch.py::test_two_pods_train_together_stop_on_sigterm_and_resume
   tests/integration/test_resume.py::test_an_automatic_resume_reads_the_checkpoint_once  # MMEngine < 0.10.3 fails
   tests/unit/test_checkpoint_loading.py
   tests/unit/test_checkpoint_security.py

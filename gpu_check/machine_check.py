@@ -97,7 +97,8 @@ NOT_SHOWN = {
         'tests/unit/test_wait_bounds.py, '
         'tests/integration/test_faults_training.py::test_killing_one_rank_stops_the_survivor_naming_the_lost_peer',
     'more than one node (rendezvous, the network interface chosen)':
-        'tests/integration/test_launch.py::test_two_nodes_on_one_machine, tests/unit/test_netif.py',
+        'tests/integration/test_launch.py::test_two_pods_train_together_stop_on_sigterm_and_resume, '
+        'tests/unit/test_netif.py',
     'one CUDA context per rank on a node of several GPUs':
         'tests/unit/test_gpu_path.py::test_a_rank_touches_its_own_gpu_only_and_says_when_it_cannot_use_it',
     "a recompile on one rank extending its peers' step bound (NCCL collectives issued with the compile bound)":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Train with torchrun on one node, or on node NODE_RANK of NNODES.
 # Usage: [NNODES=1] [NODE_RANK=0] [MASTER_ADDR=127.0.0.1] [PORT=29500] [RDZV_TIMEOUT=600] [MAX_RESTARTS=0] \
+#        [SHUTDOWN_TIMEOUT=90] \
 #        bash tools/dist_train.sh CONFIG GPUS [train.py args]
 # GPUS is the number of processes on this node (one per GPU; CPU processes without GPUs).
 # In a Kubeflow PyTorchJob or TrainJob pod the four variables default to the job's (docs/kubernetes.md).

@@ -57,20 +57,28 @@ torchrun_layout() {
     [[ "$NODE_RANK" =~ ^[0-9]+$ && "$NODE_RANK" -lt "$NNODES" ]] \
       || die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
   fi
-  RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} MAX_RESTARTS=${MAX_RESTARTS:-0}
+  RDZV_TIMEOUT=${RDZV_TIMEOUT:-600} SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-90}
   require_positive_int RDZV_TIMEOUT "$RDZV_TIMEOUT"
-  [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
+  require_positive_int SHUTDOWN_TIMEOUT "$SHUTDOWN_TIMEOUT"
+  [ -z "${MAX_RESTARTS:-}" ] || [[ "$MAX_RESTARTS" =~ ^[0-9]+$ ]] \
+    || die "MAX_RESTARTS must be a non-negative integer, got '$MAX_RESTARTS'"
   local gpus layout; gpus="$(node_gpus)"
   require_devices "$GPUS" "$gpus"
   layout="$("$PYTHON" "$ROOT/tools/launch_layout.py" "$GPUS" "$gpus")" || exit 2
-  { read -r LAYOUT_LINE; read -r NNODES; read -r NODE_RANK; read -r MASTER_ADDR; read -r PORT; } <<<"$layout"
+  { read -r LAYOUT_LINE; read -r NNODES; read -r NODE_RANK; read -r MASTER_ADDR; read -r PORT; read -r MAX_RESTARTS
+  } <<<"$layout"
 }
 
 # The torchrun options (TORCHRUN_ARGS) after torchrun_layout. RDZV_TIMEOUT: seconds the rendezvous
-# waits for all NNODES nodes (default 600), then stops naming it. MAX_RESTARTS=N (default 0): the
-# agents restart the whole group up to N times after a failure (c10d rendezvous at
-# MASTER_ADDR:PORT, node 0 hosting it, RDZV_ID default xcit-PORT); the restarted group resumes
-# from the newest complete checkpoint by itself.
+# waits for all NNODES nodes (default 600), then stops naming it. MAX_RESTARTS=N (default: an
+# elastic policy's PET_MAX_RESTARTS, else 0): the agents restart the whole group up to N times after
+# a failure (c10d rendezvous at MASTER_ADDR:PORT, node 0 hosting it, RDZV_ID default xcit-PORT); the
+# restarted group resumes from the newest complete checkpoint by itself. SHUTDOWN_TIMEOUT (default
+# 90): seconds torchrun gives its workers after a SIGTERM to write their checkpoint and exit, before
+# it kills them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, read by the torchrun of torch releases that have
+# --shutdown-timeout; older ones keep 30 s). The largest recipe's checkpoint (UperNet XCiT-M24/8 with
+# its AdamW state, 1.26 GB) took 11-13 s to write on the 2-core development machine: 90 s leaves
+# room for a slower shared volume and the step under way.
 # torchrun takes any option not given from PET_<OPTION>: the operators' variables, whose values the
 # layout now holds, are removed so that an elastic policy's rendezvous or PET_STANDALONE cannot
 # override it. OMP_NUM_THREADS: torchrun's own rule, applied here so that torchrun prints no banner
@@ -80,6 +88,7 @@ torchrun_args() {
   unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_STANDALONE \
     PET_RDZV_BACKEND PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF PET_MAX_RESTARTS
   [ "$GPUS" -eq 1 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="$SHUTDOWN_TIMEOUT"
   [ -z "$LAYOUT_LINE" ] || echo "$LAYOUT_LINE"
   TORCHRUN_ARGS=(--nnodes="$NNODES" --nproc_per_node="$GPUS")
   if [ "$MAX_RESTARTS" -gt 0 ]; then

@@ -18,6 +18,9 @@ manifest and a command line that disagree stop the launch rather than start anot
 one asked. Values that disagree (``WORLD_SIZE`` not the nodes x processes of ``PET_NNODES``), an
 elastic node range (``PET_NNODES=min:max``; ``n:n`` is n) and a multi-node job that leaves this pod's
 rank or the master unknown are refused with a ValueError.
+
+The restarts of the group after a failure come from the user's ``MAX_RESTARTS``, else an elastic
+policy's ``PET_MAX_RESTARTS`` (its ``maxRestarts``), else 0.
 """
 import errno
 import os
@@ -40,6 +43,7 @@ class Layout(NamedTuple):
     master_addr: str
     port: int
     nproc_per_node: int
+    max_restarts: int
     sources: Dict[str, str]  # each field above -> the variable it came from ('default': none did)
 
     def from_a_job(self) -> bool:
@@ -52,7 +56,8 @@ class Layout(NamedTuple):
         s = self.sources
         return (f'launch layout: {self.nnodes} node(s) ({s["nnodes"]}), node rank {self.node_rank} '
                 f'({s["node_rank"]}), master {self.master_addr} ({s["master_addr"]}) port {self.port} '
-                f'({s["port"]}), {self.nproc_per_node} process(es) per node ({s["nproc_per_node"]})')
+                f'({s["port"]}), {self.nproc_per_node} process(es) per node ({s["nproc_per_node"]})'
+                + (f', {self.max_restarts} restart(s) ({s["max_restarts"]})' if s['max_restarts'] != 'default' else ''))
 
 
 def _first(env: Mapping[str, str], names: List[str]) -> Tuple[Optional[str], str]:
@@ -123,6 +128,8 @@ def launch_layout(env: Mapping[str, str], gpus: int, node_gpus: int) -> Layout:
     text, sources['port'] = _first(env, ['PORT'] + (['MASTER_PORT'] if v1 else []) + ['PET_MASTER_PORT'])
     port = _integer(sources['port'], text, 1, 65535, 'a port number (1-65535)') if text else DEFAULTS['port']
     sources['nproc_per_node'] = _processes(env, gpus, node_gpus)
+    text, sources['max_restarts'] = _first(env, ['MAX_RESTARTS', 'PET_MAX_RESTARTS'])
+    max_restarts = _integer(sources['max_restarts'], text, 0) if text else 0
 
     if node_rank >= nnodes:
         raise ValueError(f"{sources['node_rank']} must be in 0..{nnodes - 1}, got '{node_rank}'"
@@ -141,7 +148,7 @@ def launch_layout(env: Mapping[str, str], gpus: int, node_gpus: int) -> Layout:
             raise ValueError(f"WORLD_SIZE={world} (the PyTorchJob's) is not nodes x processes per node = "
                              f"{nnodes} ({sources['nnodes']}) x {gpus} (GPUS)"
                              + (f' nor the node count {nnodes}' if counts_pods else ''))
-    return Layout(nnodes, node_rank, master_addr, port, gpus, sources)
+    return Layout(nnodes, node_rank, master_addr, port, gpus, max_restarts, sources)
 
 
 def master_port_taken(host: str, port: int) -> bool:
@@ -161,7 +168,7 @@ def master_port_taken(host: str, port: int) -> bool:
 
 def main(argv: List[str]) -> int:
     """``launch_layout.py GPUS NODE_GPUS``: for the launch scripts, the layout's log line (empty unless a
-    value came from a job), then its nodes, node rank, master and port, one a line; 2 after one
+    value came from a job), then its nodes, node rank, master, port and restarts, one a line; 2 after one
     ``error:`` line when the launch cannot start. Node 0 also checks that the master's port is free
     when the master is this machine."""
     try:
@@ -172,5 +179,5 @@ def main(argv: List[str]) -> int:
         print(f'error: {exc}', file=sys.stderr, flush=True)
         return 2
     print(layout.describe() if layout.from_a_job() else '', layout.nnodes, layout.node_rank, layout.master_addr,
-          layout.port, sep='\n')
+          layout.port, layout.max_restarts, sep='\n')
     return 0

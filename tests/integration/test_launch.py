@@ -32,32 +32,60 @@ DDP_WARNINGS_AS_ERRORS = ('error:Grad strides do not match bucket view strides:U
                           'error:`broadcast_buffers` is deprecated:FutureWarning')
 
 
-@pytest.mark.slow  # two launched 'nodes' (about 22 s); the main stage keeps the node plan's arguments (test_netif)
-# and the rank figures (test_rank_figures) in process, and 2-process launches (test_first_failure)
-def test_two_nodes_on_one_machine(tmp_path, seg_data):
-    config = hooked_config(tmp_path, seg_data)
+@pytest.mark.slow  # two launched 'pods', twice (about 50 s); the main stage keeps the node plan's arguments
+# (test_netif), the rank figures (test_rank_figures) in process, 2-process launches (test_first_failure) and the
+# layout from every operator's variables (test_launch_layout)
+def test_two_pods_train_together_stop_on_sigterm_and_resume(tmp_path, seg_data):
+    """Two process trees with only a Kubeflow TrainJob pod's variables (PET_*), each running the documented
+    command (docs/kubernetes.md: a bare --resume), train together as world size 2. SIGTERM to one pod's
+    launcher (the script execs torchrun, the container's first process) while the ranks wait after
+    iteration 2: both ranks checkpoint at the next step and stop by themselves within the shutdown timeout
+    (torchrun kills none). The job started again continues from that checkpoint to the end; every rank
+    ends with the same weights, those of the last checkpoint, without DDP's layout warnings."""
+    pause = pause_hook(tmp_path, after_iter=2)
+    config = hooked_config(tmp_path, seg_data, max_iters=6, hooks=[pause])
     work_dir = tmp_path / 'run'
     port = free_port()
-    with contextlib.ExitStack() as stack:
-        procs = [stack.enter_context(spawned(
-            ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work_dir)],
-            cwd=tmp_path, env=launch_env(NNODES=2, NODE_RANK=rank, MASTER_ADDR='127.0.0.1', PORT=port,
-                                         PYTHONWARNINGS=DDP_WARNINGS_AS_ERRORS),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for rank in (1, 0)]
-        outputs = [p.communicate(timeout=600)[0] for p in procs]
+
+    def pods():
+        with contextlib.ExitStack() as stack:
+            procs = [stack.enter_context(spawned(
+                ['bash', str(ROOT / 'tools/dist_train.sh'), str(config), '1', '--work-dir', str(work_dir), '--resume'],
+                cwd=tmp_path, env=launch_env(PET_NNODES=2, PET_NODE_RANK=rank, PET_NPROC_PER_NODE='cpu',
+                                             PET_MASTER_ADDR='127.0.0.1', PET_MASTER_PORT=port, SHUTDOWN_TIMEOUT=120,
+                                             PYTHONWARNINGS=DDP_WARNINGS_AS_ERRORS),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for rank in (1, 0)]
+            if not Path(pause['go']).exists():  # the first launch: stopped while paused
+                wait_for(Path(pause['ready']), procs[1])
+                procs[0].send_signal(signal.SIGTERM)  # pod 1's torchrun, which forwards it to its worker
+                Path(pause['go']).touch()
+            return procs, [p.communicate(timeout=600)[0] for p in procs]
+
+    procs, outputs = pods()
+    assert [p.returncode for p in procs] == [1, 1], outputs[1][-3000:]  # torchrun's status for a stopped worker
+    for rank, out in zip((1, 0), outputs):
+        assert (f'launch layout: 2 node(s) (PET_NNODES), node rank {rank} (PET_NODE_RANK), master 127.0.0.1 '
+                f'(PET_MASTER_ADDR) port {port} (PET_MASTER_PORT), 1 process(es) per node (GPUS; '
+                'PET_NPROC_PER_NODE=cpu)') in out
+        assert 'SIGKILL' not in out, out[-3000:]
+    assert (work_dir / 'last_checkpoint').read_text().strip() == str(work_dir / 'iter_3.pth')
+    assert torch.load(work_dir / 'iter_3.pth', weights_only=False)['meta']['iter'] == 3
+    log = read_log(work_dir)
+    assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
+
+    procs, outputs = pods()
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:]
     # the warnings, not the option: torch 2.6's config dump names broadcast_buffers=False (its option)
     assert not any('Grad strides' in out or '`broadcast_buffers` is deprecated' in out for out in outputs)
     log = read_log(work_dir)
-    assert 'Run plan: 2 node(s), 2 processes, backend gloo; world size 2' in log
-    assert 'img_per_s' in log and 'Iter(train) [4/4]' in log
+    assert 'resumed epoch: 0, iter: 3' in log and 'Iter(train) [6/6]' in log and 'img_per_s' in log
     host = socket.gethostname()  # every rank in the log: the per-interval line and the run's table
     assert re.search(rf'ranks: 2 rank\(s\): peak memory max \d+ MB resident \(rank [01], {re.escape(host)}\)', log)
     assert re.search(rf'own step time slowest [\d.]+ ms \(rank [01], {re.escape(host)}\), median of the others', log)
     assert '| rank | host | peak memory (MB) | data wait | own step (ms) | communication wait |' in log
     rank0 = torch.load(work_dir / 'rank0.pth', weights_only=True)
     rank1 = torch.load(work_dir / 'rank1.pth', weights_only=True)
-    saved = torch.load(work_dir / 'iter_4.pth', weights_only=False)['state_dict']
+    saved = torch.load(work_dir / 'iter_6.pth', weights_only=False)['state_dict']
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
         assert torch.equal(rank0[key], saved[key]), key

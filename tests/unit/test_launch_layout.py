@@ -108,9 +108,26 @@ def test_values_that_disagree_or_cannot_be_used_are_refused(env, gpus, node_gpus
 def test_the_log_line_names_each_source():
     sources = dict(nnodes='PET_NNODES', node_rank='RANK', master_addr='MASTER_ADDR', port='MASTER_PORT',
                    nproc_per_node='GPUS')
-    layout = Layout(2, 1, 'job-master-0', 23456, 8, sources)
+    layout = Layout(2, 1, 'job-master-0', 23456, 8, 0, dict(sources, max_restarts='default'))
     assert layout.describe() == ('launch layout: 2 node(s) (PET_NNODES), node rank 1 (RANK), master job-master-0 '
                                  '(MASTER_ADDR) port 23456 (MASTER_PORT), 8 process(es) per node (GPUS)')
+    layout = Layout(2, 1, 'job-master-0', 23456, 8, 3, dict(sources, max_restarts='PET_MAX_RESTARTS'))
+    assert layout.describe().endswith('8 process(es) per node (GPUS), 3 restart(s) (PET_MAX_RESTARTS)')
+
+
+@pytest.mark.parametrize('env, restarts, source', [
+    ({}, 0, 'default'), (TRAINER_V2, 0, 'default'), (dict(MAX_RESTARTS='2'), 2, 'MAX_RESTARTS'),
+    (dict(NEW_V1, **ELASTIC, PET_NNODES='2:2'), 3, 'PET_MAX_RESTARTS'),  # an elastic policy's maxRestarts
+    (dict(NEW_V1, **ELASTIC, MAX_RESTARTS='0'), 0, 'MAX_RESTARTS'),  # the user's value wins
+])
+def test_the_restarts_are_the_users_else_the_elastic_policys(env, restarts, source):
+    layout = launch_layout(env, 8, 8)
+    assert (layout.max_restarts, layout.sources['max_restarts']) == (restarts, source)
+
+
+def test_restarts_that_are_not_a_count_are_refused():
+    with pytest.raises(ValueError, match="PET_MAX_RESTARTS must be a non-negative integer, got '-1'"):
+        launch_layout(dict(TRAINER_V2, PET_MAX_RESTARTS='-1'), 4, 4)
 
 
 @pytest.mark.parametrize('env, gpus, logged', [
@@ -139,7 +156,7 @@ def test_main_prints_the_layout_or_one_error(monkeypatch, capsys):
         monkeypatch.setenv(name, value)
     assert main(['4', '4']) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith('launch layout: 2 node(s)') and out[1:] == ['2', '1', 'job-node-0-0.job', '29400']
+    assert out[0].startswith('launch layout: 2 node(s)') and out[1:] == ['2', '1', 'job-node-0-0.job', '29400', '0']
     monkeypatch.setenv('PET_NNODES', '1:2')
     assert main(['4', '4']) == 2
     assert capsys.readouterr().err.startswith('error: PET_NNODES=1:2 is an elastic node range')
@@ -148,7 +165,7 @@ def test_main_prints_the_layout_or_one_error(monkeypatch, capsys):
     monkeypatch.setenv('NNODES', '2')
     monkeypatch.setenv('NODE_RANK', '1')  # (node 0 would check port 29500 on this machine)
     assert main(['4', '4']) == 0
-    assert capsys.readouterr().out.splitlines() == ['', '2', '1', '127.0.0.1', '29500']  # the user's: no log line
+    assert capsys.readouterr().out.splitlines() == ['', '2', '1', '127.0.0.1', '29500', '0']  # the user's: no log line
 
 
 PLAIN_ARGS = ['--nnodes=2', '--nproc_per_node={gpus}', '--node_rank=1', '--master_addr=10.0.0.5',
@@ -168,7 +185,8 @@ def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variab
     them (one per process of several), so that torchrun prints no banner."""
     script = ('set -euo pipefail; source tools/launch_common.sh; node_gpus() { echo 0; }; '
               f'GPUS={gpus}; torchrun_layout; torchrun_args; printf "%s\\n" "${{TORCHRUN_ARGS[@]}}"; '
-              'env | grep ^PET_ || true; echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"')
+              'env | grep ^PET_ || true; echo "OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"; '
+              'echo "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=$TORCH_ELASTIC_SHUTDOWN_TIMEOUT"')
     env = {k: v for k, v in os.environ.items() if k not in USER and k not in NEW_V1 and k != 'OMP_NUM_THREADS'
            and not k.startswith('PET_')}
     env.update(dict(TRAINER_V2, PET_NPROC_PER_NODE='cpu', PET_STANDALONE='', PET_RDZV_BACKEND='c10d') if job
@@ -176,4 +194,4 @@ def test_the_launch_scripts_take_the_layout_and_hand_torchrun_no_operator_variab
     proc = subprocess.run(['bash', '-c', script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     expected = [line.format(gpus=gpus) for line in (JOB_ARGS if job else PLAIN_ARGS)]
-    assert proc.stdout.splitlines() == [*expected, f'OMP_NUM_THREADS={threads}']
+    assert proc.stdout.splitlines() == [*expected, f'OMP_NUM_THREADS={threads}', 'TORCH_ELASTIC_SHUTDOWN_TIMEOUT=90']

@@ -24,8 +24,7 @@ from helpers import (
 from mmengine.config import Config
 
 from xcit_dense.datasets.synthetic import write_coco_set
-from xcit_dense.engine.distributed import restart
-from xcit_dense.engine.distributed.restart import Restart
+from xcit_dense.engine.distributed.run_context import Restart, current_context
 from xcit_dense.engine.training.resume import Resume
 
 # tools/train.py run with every torch.load noted (the file it read; '(meta)' after it when its tensors' data
@@ -83,7 +82,7 @@ def work_dir(tmp_path):
     # a restarted group continues from the newest of its work dir, even when a path was given
     (None, 1, 'run/iter_4.pth'), ('other.pth', 1, 'run/iter_4.pth')])
 def test_what_a_run_resumes_from(work_dir, monkeypatch, asked, restarted, chosen):
-    monkeypatch.setattr(restart, '_restart', Restart(restarted, 'elastic restart' if restarted else ''))
+    monkeypatch.setattr(current_context(), 'restart', Restart(restarted, 'elastic restart' if restarted else ''))
     root = work_dir.parent
     point = Resume.choose(str(work_dir), asked if asked in (None, 'auto') else str(root / asked))
     assert point.path == (chosen and str(root / chosen))
@@ -95,7 +94,7 @@ def test_what_a_run_resumes_from(work_dir, monkeypatch, asked, restarted, chosen
 
 
 def test_a_restarted_group_without_a_checkpoint_starts_from_the_beginning(tmp_path, monkeypatch):
-    monkeypatch.setattr(restart, '_restart', Restart(1, 'Slurm requeue'))
+    monkeypatch.setattr(current_context(), 'restart', Restart(1, 'Slurm requeue'))
     point = Resume.choose(str(tmp_path / 'run'), None)
     assert point.path is None
     assert point.describe(str(tmp_path / 'run')) == [

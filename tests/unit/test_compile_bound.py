@@ -14,6 +14,7 @@ import torch.distributed as torch_dist
 from helpers import free_port
 
 from xcit_dense.engine.distributed import process_group as dist, wait_bounds as wait_bounds_module
+from xcit_dense.engine.distributed.run_context import current_context
 from xcit_dense.engine.training.compile import compile_forward
 
 STEP_S, COMPILE_S = 1, 600
@@ -30,7 +31,6 @@ def _rank(rank: int, port: int, clock, moved, results) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
                       MASTER_PORT=str(port), XCIT_STEP_TIMEOUT=str(STEP_S), XCIT_COMPILE_TIMEOUT=str(COMPILE_S))
     wait_bounds_module.time = types.SimpleNamespace(monotonic=lambda: clock.value)  # the step watch's clock
-    dist._WATCH = None  # a watch this process inherited has no thread here
     with dist.process_group('pytorch'):  # as a run: an error of a collective waits for the watch's report
         _steps(rank, clock, moved, results)
 
@@ -46,10 +46,10 @@ def _steps(rank: int, clock, moved, results) -> None:
     results.put((rank, 'in step 1', None))
     moved.wait(60)  # the parent moved the clock past the step bound
     for _ in range(1200):  # the watch has seen the bound pass (the clock is not real: no timing here)
-        if dist._WATCH.granted_s:
+        if current_context().watch.granted_s:
             break
         time.sleep(0.05)
-    results.put((rank, 'granted', dist._WATCH.granted_s))
+    results.put((rank, 'granted', current_context().watch.granted_s))
     work.wait()
     dist.end_step_bound()
 

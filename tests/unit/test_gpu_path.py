@@ -19,6 +19,7 @@ from mmengine.optim import build_optim_wrapper
 
 from xcit_dense.builder import build_model
 from xcit_dense.engine.distributed import collectives, process_group as xdist
+from xcit_dense.engine.distributed.run_context import current_context
 from xcit_dense.engine.planning import run_config
 from xcit_dense.engine.training import rng_state_hook as rng_state, step_agreement
 from xcit_dense.errors import RankSetupError
@@ -63,13 +64,13 @@ def test_which_backends_serve_cpu_tensors(backend, cpu):
 def test_control_collectives_follow_the_backend(monkeypatch):
     monkeypatch.setattr(dist, 'get_backend', lambda group=None: 'nccl')
     monkeypatch.setattr(torch.cuda, 'current_device', lambda: 3)
-    monkeypatch.setattr(collectives, '_SIDE_GROUP', None)
+    monkeypatch.setattr(current_context(), 'side_group', None)
     assert collectives.control_group() == (None, torch.device('cuda', 3))  # mmengine.dist's rule
     side = object()
-    monkeypatch.setattr(collectives, '_SIDE_GROUP', side)
+    monkeypatch.setattr(current_context(), 'side_group', side)
     assert collectives.control_group() == (side, torch.device('cpu'))  # the gloo side group
     monkeypatch.setattr(dist, 'get_backend', lambda group=None: 'gloo')
-    monkeypatch.setattr(collectives, '_SIDE_GROUP', None)
+    monkeypatch.setattr(current_context(), 'side_group', None)
     assert collectives.control_group() == (None, torch.device('cpu'))
 
 

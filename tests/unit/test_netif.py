@@ -103,7 +103,8 @@ def test_other_nodes_come_from_the_slurm_node_list_or_the_torchrun_store(monkeyp
     """Where node 0's own name is loopback, it needs another node: under Slurm the other hosts of
     the node list, under torchrun the address node 1 published in the rendezvous store."""
     from xcit_dense.engine.distributed import process_group as engine_dist
-    monkeypatch.setattr(engine_dist, '_SLURM_HOSTS', ['node1', 'node2', 'node3'])
+    from xcit_dense.engine.distributed.run_context import current_context
+    monkeypatch.setattr(current_context(), 'slurm_hosts', ['node1', 'node2', 'node3'])
     monkeypatch.setenv('MASTER_ADDR', 'node1')
     monkeypatch.setenv('SLURMD_NODENAME', 'node1')
     assert engine_dist._other_nodes('slurm', None) == ['node1', 'node2', 'node3']

@@ -59,8 +59,9 @@ def test_a_step_past_its_bound_is_reported_with_the_resume_hint():
     and ends the process with status 1."""
     script = ('import time\n'
               'from xcit_dense.engine.distributed import process_group as dist\n'
+              'from xcit_dense.engine.distributed.run_context import current_context\n'
               'dist.init_distributed("pytorch")\n'
-              'dist._WATCH.arm(1)\n'
+              'current_context().watch.arm(1)\n'
               'time.sleep(120)\n')
     variables = dict(XCIT_STEP_TIMEOUT=1, RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR='127.0.0.1',
                      MASTER_PORT=free_port())

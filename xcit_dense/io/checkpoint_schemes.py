@@ -28,7 +28,7 @@ text: MMEngine runs such a text as Python (``Runner.resume``, the inferencers gi
 """
 import os
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import urlparse
 
 import torch
@@ -71,26 +71,31 @@ def model_zoo_location(filename: str) -> str:
     return os.path.join(mmengine_checkpoint._get_mmengine_home(), location)
 
 
-_handed: Dict[str, dict] = {}  # path -> contents already read, for the next read of that path
-
-
 @contextmanager
 def handed_over(path: str, checkpoint: dict) -> Iterator[None]:
-    """Within: the next read of the local file ``path`` returns ``checkpoint``, its contents already read
-    by ``weights.read_checkpoint`` (checked, in this toolkit's layout: no config text), instead of
-    reading the file again (a run reads its checkpoint once)."""
-    _handed[os.path.abspath(path)] = checkpoint
+    """Within: the next read of the local file ``path`` through the checked reader of local files (where
+    it is installed) returns ``checkpoint``, its contents already read by ``weights.read_checkpoint``
+    (checked, in this toolkit's layout: no config text), instead of reading the file again (a run reads
+    its checkpoint once). The contents wait in a reader registered for the block, the installed one after."""
+    if CheckpointLoader._schemes.get('') is not load_from_local:
+        yield
+        return
+    handed = {os.path.abspath(path): checkpoint}
+
+    def load_handed(filename: str, map_location: Any = None) -> Any:
+        found = handed.pop(os.path.abspath(os.path.expanduser(filename)), None)
+        return load_from_local(filename, map_location) if found is None else found
+
+    CheckpointLoader.register_scheme(prefixes='', loader=load_handed, force=True)
     try:
         yield
     finally:
-        _handed.pop(os.path.abspath(path), None)
+        CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
 
 
 def load_from_local(filename: str, map_location: Any = None) -> Any:
     """Local files (``load_from``, ``resume``, the stock inferencers): inspected, read weights only."""
     filename = os.path.expanduser(filename)
-    if os.path.abspath(filename) in _handed:
-        return _handed.pop(os.path.abspath(filename))
     if not os.path.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return to_toolkit_layout(load_weights_only(filename, map_location))

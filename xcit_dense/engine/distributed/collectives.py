@@ -14,7 +14,8 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-_SIDE_GROUP: Optional[dist.ProcessGroup] = None  # the gloo side group of an NCCL (or other) run
+from .run_context import current_context
+
 # A group's timeout changed after its creation: public as ``set_timeout`` in newer torch; torch 2.6
 # (the lowest supported) has only ``distributed_c10d._set_pg_timeout``, with the same arguments.
 _SET_TIMEOUT = getattr(dist, 'set_timeout', None) or dist.distributed_c10d._set_pg_timeout
@@ -29,11 +30,12 @@ def serves_cpu(backend: str) -> bool:
 def open_control_group(timeout_s: float) -> None:
     """Create the gloo side group when the main group's backend cannot take CPU tensors.
 
-    Every rank calls this right after ``init_process_group`` (creating a group is a collective)."""
-    global _SIDE_GROUP
-    _SIDE_GROUP = None
+    Every rank calls this right after ``init_process_group`` (creating a group is a collective); the
+    run's context keeps it."""
+    context = current_context()
+    context.side_group = None
     if not serves_cpu(dist.get_backend()):
-        _SIDE_GROUP = dist.new_group(backend='gloo', timeout=timedelta(seconds=timeout_s))
+        context.side_group = dist.new_group(backend='gloo', timeout=timedelta(seconds=timeout_s))
 
 
 def set_timeouts(seconds: int, nccl_extra_s: int = 0) -> None:
@@ -41,20 +43,21 @@ def set_timeouts(seconds: int, nccl_extra_s: int = 0) -> None:
     that does not serve CPU tensors (NCCL) waits ``nccl_extra_s`` longer (for its timeout dump)."""
     extra = 0 if serves_cpu(dist.get_backend()) else nccl_extra_s
     _SET_TIMEOUT(timedelta(seconds=seconds + extra))
-    if _SIDE_GROUP is not None:
-        _SET_TIMEOUT(timedelta(seconds=seconds), group=_SIDE_GROUP)
+    side = current_context().side_group
+    if side is not None:
+        _SET_TIMEOUT(timedelta(seconds=seconds), group=side)
 
 
 def close_control_group() -> None:
     """Forget the side group (``destroy_process_group`` destroys it with the main group)."""
-    global _SIDE_GROUP
-    _SIDE_GROUP = None
+    current_context().side_group = None
 
 
 def control_group() -> Tuple[Optional[dist.ProcessGroup], torch.device]:
     """The group the control collectives use (None: the main group) and the device of their tensors."""
-    if _SIDE_GROUP is not None:
-        return _SIDE_GROUP, torch.device('cpu')
+    side = current_context().side_group
+    if side is not None:
+        return side, torch.device('cpu')
     backend = dist.get_backend()
     if serves_cpu(backend):
         return None, torch.device('cpu')

@@ -24,6 +24,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Iterator, List, Mapping, Optional, Tuple
 
 import torch
@@ -32,17 +33,14 @@ import torch.distributed as dist
 from xcit_launch import netif
 
 from ...errors import Preempted, RankSetupError, ToolkitError
-from . import collectives, compile_bound
+from . import collectives
+from .compile_bound import COMPILE_VARIABLE
 from .cuda_ops import check_cuda_ops
 from .restart import agree_on_restart
-from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, WaitBounds, nccl_environment, wait_bounds
+from .run_context import RunContext, current_context, fresh_context
+from .wait_bounds import DUMP_ALLOWANCE_S, STEP_VARIABLE, StepWatch, nccl_environment, wait_bounds
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
-_NETWORK = ''  # how gloo/NCCL reach their peers, for the plan line ('' when the defaults were kept)
-_SLURM_HOSTS: List[str] = []  # the hosts of a Slurm job's node list
-_BOUNDS = WaitBounds(0, 0)  # this run's wait bounds (set with the process group)
-_WATCH: Optional[StepWatch] = None  # reports a step that outlives its bound
-_REPORTING = threading.Lock()  # held by whichever of the main thread and the step watch reports a lost peer
 _KEY = 'xcit_dense'  # prefix of this module's keys in the process group's store
 _GPUS = f'{_KEY}/gpus'  # the UUIDs of the ranks' GPUs (check_distinct_gpus)
 
@@ -131,12 +129,13 @@ def job_port(job_id: str) -> int:
     return 20000 + int(job_id) % 10000
 
 
-def _slurm_env() -> None:
-    """Translate Slurm's task variables into the ones torch.distributed reads."""
+def _slurm_env(context: RunContext) -> None:
+    """Translate Slurm's task variables into the ones torch.distributed reads; the job's hosts noted
+    in ``context``."""
     nodes = os.environ['SLURM_NODELIST']
-    _SLURM_HOSTS[:] = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
-                                     capture_output=True, text=True).stdout.split()
-    master = _SLURM_HOSTS[0]
+    context.slurm_hosts = subprocess.run(['scontrol', 'show', 'hostnames', nodes], check=True,
+                                         capture_output=True, text=True).stdout.split()
+    master = context.slurm_hosts[0]
     os.environ.setdefault('MASTER_ADDR', master)
     os.environ.setdefault('MASTER_PORT', os.environ.get('PORT') or str(job_port(os.environ['SLURM_JOB_ID'])))
     if os.environ['SLURM_PROCID'] == '0':
@@ -152,8 +151,8 @@ def init_distributed(launcher: str) -> Optional[str]:
     """Join the process group for ``launcher``; returns the backend, or None for one process.
 
     The groups start with the long wait bound (``wait_bounds``); ``begin_step_bound`` and
-    ``end_step_bound`` switch to the step bound and back."""
-    global _BOUNDS, _WATCH
+    ``end_step_bound`` switch to the step bound and back. What the group's set-up learns (bounds,
+    network, hosts, side group, restart count) and the step watch go to the run's context."""
     if launcher not in LAUNCHERS:
         raise ValueError(f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
     if dist.is_initialized():
@@ -161,12 +160,13 @@ def init_distributed(launcher: str) -> Optional[str]:
     if launcher == 'none':
         _check_own_gpu()
         return None
+    context = current_context()
     try:
-        _BOUNDS = wait_bounds()
+        context.bounds = wait_bounds()
     except ValueError as exc:
         raise RankSetupError(str(exc)) from None
     if launcher == 'slurm':
-        _slurm_env()
+        _slurm_env(context)
     missing = [v for v in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if v not in os.environ]
     if missing:
         raise RuntimeError(f'launcher {launcher!r} needs the environment variables {missing}: start '
@@ -175,24 +175,25 @@ def init_distributed(launcher: str) -> Optional[str]:
         backend = 'nccl'
         torch.cuda.set_device(_rank_device(launcher))
         _check_own_gpu()
-        os.environ.update(nccl_environment(_BOUNDS))
+        os.environ.update(nccl_environment(context.bounds))
     else:
         backend = 'gloo'
-    timeout = timedelta(seconds=_BOUNDS.wait_s)
+    timeout = timedelta(seconds=context.bounds.wait_s)
     if netif.multi_node():
         # the store first: under torchrun, node 0 may need another node's address from it
         store, rank, size = next(dist.rendezvous('env://', timeout=timeout))
-        _choose_socket_interface(backend, launcher, store)
+        context.network = _choose_socket_interface(backend, launcher, store)
         dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
     else:
-        _one_node_network(backend)
+        context.network = _one_node_network(backend)
         dist.init_process_group(backend, timeout=timeout)
     if backend == 'nccl':
         _check_own_gpu_is_distinct()
-    collectives.open_control_group(_BOUNDS.wait_s)
+    collectives.open_control_group(context.bounds.wait_s)
     agree_on_restart()  # a collective: every rank learns whether this group is a restarted one
     _store().set(f'{_KEY}/rank{dist.get_rank()}', f'{socket.gethostname()} pid {os.getpid()}')
-    _WATCH = _WATCH or StepWatch(_step_expired, _compile_extension)
+    if context.watch is None:
+        context.watch = StepWatch(partial(_step_expired, context), partial(_compile_extension, context))
     return backend
 
 
@@ -253,12 +254,12 @@ def _meet_in_store(store: dist.Store, name: str, world_size: int) -> None:
     store.wait([f'{name}/all'])
 
 
-def _one_node_network(backend: str) -> None:
-    """One node: gloo's and NCCL's own choices work (loopback included); an explicit one is noted."""
-    global _NETWORK
+def _one_node_network(backend: str) -> str:
+    """One node: gloo's and NCCL's own choices work (loopback included); an explicit one is noted
+    (the network's words for the plan line, '' for the defaults)."""
     names = ['GLOO_SOCKET_IFNAME'] + (['NCCL_SOCKET_IFNAME'] if backend == 'nccl' else [])
     explicit = [f'{name}={os.environ[name]}' for name in names if os.environ.get(name)]
-    _NETWORK = f" on {', '.join(explicit)} (as set)" if explicit else ''
+    return f" on {', '.join(explicit)} (as set)" if explicit else ''
 
 
 def _other_nodes(launcher: str, store: dist.Store) -> Optional[List[str]]:
@@ -273,7 +274,7 @@ def _other_nodes(launcher: str, store: dist.Store) -> Optional[List[str]]:
     master = os.environ['MASTER_ADDR']
     if launcher == 'slurm':
         me = os.environ.get('SLURMD_NODENAME')
-        return [master] + [host for host in _SLURM_HOSTS if host not in (me, master)]
+        return [master] + [host for host in current_context().slurm_hosts if host not in (me, master)]
     node = int(os.environ.get('GROUP_RANK', '0'))
     if node != 0:
         if os.environ.get('LOCAL_RANK', '0') == '0':
@@ -291,7 +292,7 @@ def _other_nodes(launcher: str, store: dist.Store) -> Optional[List[str]]:
     return [master] + ([published] if published else [])
 
 
-def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> None:
+def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> str:
     """Make gloo (and NCCL) advertise an address the other nodes can reach: the one on the route
     from this node to another node of the run (``_other_nodes``).
 
@@ -299,17 +300,15 @@ def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> 
     (Debian's /etc/hosts), which a rank on another node cannot connect to; NCCL picks the first
     interface that is not loopback or docker, maybe not the one the nodes share. An explicit
     GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME wins. gloo is used on NCCL runs too, for the control
-    collectives. Raises RuntimeError naming the addresses tried when no other node is reachable."""
-    global _NETWORK
+    collectives. Returns the network's words for the plan line; raises RuntimeError naming the
+    addresses tried when no other node is reachable."""
     names = ['GLOO_SOCKET_IFNAME'] + (['NCCL_SOCKET_IFNAME'] if backend == 'nccl' else [])
     explicit = [f'{name}={os.environ[name]}' for name in names if os.environ.get(name)]
     if len(explicit) == len(names):
-        _NETWORK = f" on {', '.join(explicit)} (as set)"
-        return
+        return f" on {', '.join(explicit)} (as set)"
     others = _other_nodes(launcher, store)
     if others is None:  # the nodes share this machine: the libraries' defaults (loopback) serve
-        _NETWORK = ''.join(f" on {e} (as set)" for e in explicit)
-        return
+        return ''.join(f" on {e} (as set)" for e in explicit)
     try:
         target, route = netif.reaching_route(others)
     except OSError as exc:
@@ -320,11 +319,12 @@ def _choose_socket_interface(backend: str, launcher: str, store: dist.Store) -> 
     for name in chosen:
         os.environ[name] = route.interface
     target = 'MASTER_ADDR' if target == os.environ['MASTER_ADDR'] else target
-    _NETWORK = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
-                f"{target} {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
+    network = (f" on {route.interface} {route.address} ({', '.join(chosen)} chosen: the route to "
+               f"{target} {route.master}{''.join(', ' + e + ' as set' for e in explicit)})")
     if os.environ.get('LOCAL_RANK', '0') == '0':  # each node says what it advertises
         node = os.environ.get('GROUP_RANK') or os.environ.get('SLURM_NODEID', '?')
-        print(f'{socket.gethostname()} (node {node}): {backend}{_NETWORK}', file=sys.stderr, flush=True)
+        print(f'{socket.gethostname()} (node {node}): {backend}{network}', file=sys.stderr, flush=True)
+    return network
 
 
 # what gloo and NCCL say when a peer process is gone, or stopped (their errors are plain RuntimeErrors)
@@ -433,15 +433,16 @@ def _exit_now(exc: BaseException) -> None:
         traceback.print_exception(exc)
         code = 1
         if dist.is_initialized() and is_peer_failure(exc):
-            _REPORTING.acquire()  # when the step watch reports already, it ends the process
-            _report_lost_peers(f'a collective failed ({_first_sentence_of(exc)})')
+            context = current_context()
+            context.reporting.acquire()  # when the step watch reports already, it ends the process
+            _report_lost_peers(context, f'a collective failed ({_first_sentence_of(exc)})')
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def _report_lost_peers(what: str) -> None:
+def _report_lost_peers(context: RunContext, what: str) -> None:
     """Print the toolkit's message naming the lost ranks. A process that serves the store then
     keeps it up for the survivors that notice later (each within the step bound; the launcher
     ends this process when the first of them exits)."""
@@ -451,22 +452,23 @@ def _report_lost_peers(what: str) -> None:
     print(f'error: rank {dist.get_rank()} lost its peers: {what}; gone: {gone}. The checkpoints '
           f'already written are complete: continue with --resume.', file=sys.stderr, flush=True)
     if missing and _hosts_the_store():
-        _unreported(_store(), missing, _BOUNDS.step_s)
+        _unreported(_store(), missing, context.bounds.step_s)
 
 
-def _step_expired() -> None:
-    """The step watch's report: a training step outlived its bound (a peer stopped, or gone from
+def _step_expired(context: RunContext) -> None:
+    """The step watch's report (of ``context``'s run): a training step outlived its bound (a peer stopped, or gone from
     the network, without closing its connections). On NCCL runs NCCL's own timeout follows
     ``DUMP_ALLOWANCE_S`` after the step's whole bound (a compile's share included where none was
     granted), writes the flight-recorder dump and ends the process; this thread ends it after that
     in any case."""
-    if not _REPORTING.acquire(blocking=False):
+    if not context.reporting.acquire(blocking=False):
         return  # the main thread is reporting a failed collective and ends the process
-    granted = _WATCH is not None and _WATCH.granted_s > 0
-    compiled = f' + {compile_bound.COMPILE_VARIABLE}={_BOUNDS.compile_s} s (a rank compiled in it)' if granted else ''
-    _report_lost_peers(f'a training step has not finished within {STEP_VARIABLE}={_BOUNDS.step_s} s{compiled}')
+    bounds = context.bounds
+    granted = context.watch is not None and context.watch.granted_s > 0
+    compiled = f' + {COMPILE_VARIABLE}={bounds.compile_s} s (a rank compiled in it)' if granted else ''
+    _report_lost_peers(context, f'a training step has not finished within {STEP_VARIABLE}={bounds.step_s} s{compiled}')
     if dist.is_initialized() and not collectives.serves_cpu(dist.get_backend()):
-        time.sleep((0 if granted else _compile_allowance_s()) + DUMP_ALLOWANCE_S + 30)
+        time.sleep((0 if granted else _compile_allowance_s(context)) + DUMP_ALLOWANCE_S + 30)
     logging.shutdown()
     os._exit(1)
 
@@ -474,15 +476,15 @@ def _step_expired() -> None:
 _GLOO_FIRST_S = 10  # on gloo the watch waits this much past the groups' timeout: gloo's error names the peer
 
 
-def _compile_allowance_s() -> int:
+def _compile_allowance_s(context: RunContext) -> int:
     """What a compile may add to a step's bound: the compile bound where this run compiles, else 0."""
-    return _BOUNDS.compile_s if compile_bound.enabled() else 0
+    return context.bounds.compile_s if context.compiles.enabled() else 0
 
 
-def _compile_extension() -> float:
+def _compile_extension(context: RunContext) -> float:
     """The step watch's extension of a step that outlived the step bound: the compile bound where a
     rank compiled in the step (``compile_bound``), none otherwise."""
-    granted = compile_bound.extension_s(_BOUNDS.compile_s)
+    granted = context.compiles.extension_s(context.bounds.compile_s)
     return granted + (_GLOO_FIRST_S if granted and collectives.serves_cpu(dist.get_backend()) else 0)
 
 
@@ -491,49 +493,54 @@ def begin_step_bound() -> None:
 
     In a run that compiles, a collective issued now keeps the time a compile may add (it cannot be
     extended once issued), and the step watch holds the step bound unless a rank compiles."""
-    compile_bound.step_began()
-    allowance = _compile_allowance_s()
-    collectives.set_timeouts(_BOUNDS.step_s + allowance, DUMP_ALLOWANCE_S)
-    if _WATCH is not None:
+    context = current_context()
+    context.compiles.step_began()
+    allowance = _compile_allowance_s(context)
+    collectives.set_timeouts(context.bounds.step_s + allowance, DUMP_ALLOWANCE_S)
+    if context.watch is not None:
         gloo_first = collectives.serves_cpu(dist.get_backend()) and not allowance
-        _WATCH.arm(_BOUNDS.step_s + (_GLOO_FIRST_S if gloo_first else 0))
+        context.watch.arm(context.bounds.step_s + (_GLOO_FIRST_S if gloo_first else 0))
 
 
 def end_step_bound() -> None:
     """Back to the long bound (evaluation, checkpoint writes and the like follow a step)."""
-    compile_bound.step_ended()
-    if _WATCH is not None:
-        _WATCH.disarm()
-    collectives.set_timeouts(_BOUNDS.wait_s)
+    context = current_context()
+    context.compiles.step_ended()
+    if context.watch is not None:
+        context.watch.disarm()
+    collectives.set_timeouts(context.bounds.wait_s)
 
 
 def wait_bound_s() -> int:
     """The long bound of this run: for waits outside a training step."""
-    return _BOUNDS.wait_s
+    return current_context().bounds.wait_s
 
 
 @contextmanager
 def process_group(launcher: str) -> Iterator[Optional[str]]:
     """Join the process group for the run inside the block, yielding the backend (None for one
-    process), and leave it properly at the end.
+    process), and leave it properly at the end; the run's state lives in a fresh context
+    (``run_context``), closed as the block ends (the step watch stopped, the dynamo callback removed,
+    the signal handlers the run replaced restored).
 
     Run the work inside the block in a function, so that its Runner (whose DDP wrapper holds the
     group) is garbage when the block ends. A block that ends normally leaves through
     ``leave_process_group``; one that raises ends the process at once (``_exit_now``: the tools'
     message and status), waiting for no peer. With one process (no group) the block's exceptions
     pass on to the caller."""
-    backend = init_distributed(launcher)
-    if backend is None:
-        yield None
-        return
-    try:
-        yield backend
-    except BaseException as exc:  # noqa: B902  (every failure ends the same way)
-        _exit_now(exc)
-    try:
-        leave_process_group()
-    except Exception as exc:  # a peer lost at the very end, or the group still held
-        _exit_now(ToolkitError(f'the run finished, but leaving the process group failed: {exc}'))
+    with fresh_context():
+        backend = init_distributed(launcher)
+        if backend is None:
+            yield None
+            return
+        try:
+            yield backend
+        except BaseException as exc:  # noqa: B902  (every failure ends the same way)
+            _exit_now(exc)
+        try:
+            leave_process_group()
+        except Exception as exc:  # a peer lost at the very end, or the group still held
+            _exit_now(ToolkitError(f'the run finished, but leaving the process group failed: {exc}'))
 
 
 def defer_to_node_leader(grace_s: float = 30.0) -> None:
@@ -556,4 +563,4 @@ def describe_topology(backend: Optional[str]) -> str:
     per_node = int(os.environ.get('LOCAL_WORLD_SIZE') or os.environ.get('SLURM_NTASKS_PER_NODE', '0')
                    .split('(')[0] or processes)
     nodes = int(os.environ.get('SLURM_JOB_NUM_NODES') or max(1, processes // max(per_node, 1)))
-    return f'{nodes} node(s), {processes} processes, backend {backend}{_NETWORK}'
+    return f'{nodes} node(s), {processes} processes, backend {backend}{current_context().network}'

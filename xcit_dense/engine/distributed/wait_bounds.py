@@ -78,7 +78,8 @@ class StepWatch:
     ``arm(seconds)`` at the start of a step, ``disarm()`` at its end. When ``seconds`` pass in
     between, the thread first asks ``extension()`` for more time, once per armed step (the seconds to
     add, 0 for none; ``granted_s`` keeps the answer); when none is given, or that time passes too,
-    ``on_expiry()`` runs in the thread (it reports and ends the process)."""
+    ``on_expiry()`` runs in the thread (it reports and ends the process). ``stop()`` ends the thread
+    without a report, as the run ends."""
 
     def __init__(self, on_expiry: Callable[[], None], extension: Callable[[], float] = lambda: 0.0) -> None:
         self._on_expiry = on_expiry
@@ -87,8 +88,10 @@ class StepWatch:
         self._armed = 0  # arm() calls so far: an extension asked for in one step applies to that step only
         self._asked = False  # whether the armed step's extension was asked for
         self.granted_s = 0.0  # the extension granted to the armed step
+        self._stopped = False
         self._changed = threading.Condition()
-        threading.Thread(target=self._run, name='xcit_step_watch', daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name='xcit_step_watch', daemon=True)
+        self._thread.start()
 
     def arm(self, seconds: float) -> None:
         with self._changed:
@@ -102,9 +105,18 @@ class StepWatch:
             self._deadline = None
             self._changed.notify()
 
+    def stop(self) -> None:
+        """End the thread without a report and wait for it (a report under way ends the process first)."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join()
+
     def _run(self) -> None:
         while True:
             with self._changed:
+                if self._stopped:
+                    return
                 if self._deadline is None:
                     self._changed.wait()
                     continue

@@ -28,7 +28,7 @@ from mmengine.logging import print_log
 from torch import nn
 
 from ...models.c_compiler import COMPILER_NAMES, COMPILER_VARIABLES, find_c_compiler
-from ..distributed import compile_bound
+from ..distributed.run_context import current_context
 
 COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException,)
 # the backward compiled with the forward, where torch has the option (not torch 2.6: there a backward
@@ -85,8 +85,9 @@ class CompiledForward:
 
 def compile_forward(module: nn.Module) -> CompiledForward:
     """Compile ``module``'s forward from its next call on (its instance's ``forward`` replaced); a
-    compile inside a training step then extends that step's bound on every rank (``compile_bound``)."""
-    compile_bound.enable()
+    compile inside a training step then extends that step's bound on every rank (the run context's
+    ``compile_bound.CompileBound``)."""
+    current_context().compiles.enable()
     module.forward = CompiledForward(module)
     return module.forward
 

@@ -13,12 +13,12 @@ from ...errors import Preempted
 from ...io.checkpoint import ATOMIC_WRITES
 from ..distributed.collectives import barrier_within
 from ..distributed.process_group import world_size
+from ..distributed.process_wide import PROCESS
+from ..distributed.run_context import current_context
 from .optim_wrappers import step_agreement
 from .resume import write_pointer
 from .rng_state_hook import RNGStateHook
 from .step_agreement import clear_signal, note_signal, noted_signal
-
-_loading = False  # the main process is waiting for the next training batch (it may be interrupted)
 
 
 class _SignalWhileLoading(BaseException):
@@ -47,16 +47,15 @@ class _StopWhileLoading:
         return _StopWhileLoading(iter(self._batches), self._hook, self._runner)
 
     def __next__(self):
-        global _loading
         signum = noted_signal()  # noted during validation, say: stop before loading more
         if not signum:
-            _loading = True
+            PROCESS.loading = True  # (process-wide: the signal handler reads it)
             try:
                 return next(self._batches)
             except _SignalWhileLoading as stop:
                 signum = stop.signum
             finally:
-                _loading = False
+                PROCESS.loading = False
         # the last completed iteration is runner.iter: its state is the model's now
         self._hook._checkpoint_and_stop(self._runner, signum, step=self._runner.iter)
 
@@ -83,10 +82,12 @@ class PreemptionHook(Hook):
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
     def before_train(self, runner) -> None:
-        """Catch the signals instead of dying mid-iteration."""
+        """Catch the signals instead of dying mid-iteration (for the run: its context puts the handlers
+        before back as it closes)."""
         clear_signal()
+        context = current_context()
         for sig in self.SIGNALS:
-            signal.signal(sig, self._on_signal)
+            context.catch_signal(sig, self._on_signal)
         loop = runner.train_loop  # an iteration loop holds an iterator, an epoch loop its DataLoader
         if world_size() > 1:  # ranks must agree on the iteration they stop at: the boundary only
             return
@@ -98,7 +99,7 @@ class PreemptionHook(Hook):
     def _on_signal(self, signum, frame) -> None:
         """Note the signal: the checkpoint is written between optimizer steps, or now while loading."""
         note_signal(signum)
-        if _loading:
+        if PROCESS.loading:
             raise _SignalWhileLoading(signum)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:

@@ -29,7 +29,8 @@ from ...io.checkpoint import AtomicLocalBackend, CheckpointError, read_without_d
 from ...io.checkpoint_schema import check_resumable, seed_of
 from ...io.weights import read_checkpoint
 from ..distributed import collectives
-from ..distributed.restart import Restart, restart
+from ..distributed.restart import restart
+from ..distributed.run_context import Restart
 from .data_position import Progress, progress_of
 from .resume_fit import ResumeFit
 

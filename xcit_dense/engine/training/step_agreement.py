@@ -5,19 +5,18 @@ from typing import NamedTuple, Union
 import torch
 
 from ..distributed.collectives import agree_on_max
-
-_SIGNAL = 0  # the stop signal this process received (0: none); a handler is process-wide too
+from ..distributed.process_wide import PROCESS
 
 
 def note_signal(signum: int) -> None:
-    """Called from a signal handler: remember the signal until the step's agreement."""
-    global _SIGNAL
-    _SIGNAL = signum
+    """Called from a signal handler: remember the signal until the step's agreement (process-wide,
+    as the handler is: ``process_wide``)."""
+    PROCESS.signal = signum
 
 
 def noted_signal() -> int:
     """The signal this process received since the last agreement (0: none)."""
-    return _SIGNAL
+    return PROCESS.signal
 
 
 def clear_signal() -> None:
@@ -34,5 +33,5 @@ class StepAgreement(NamedTuple):
 def agree_on_step(nonfinite: Union[bool, torch.Tensor]) -> StepAgreement:
     """Exchange this rank's signal and non-finite flag (a tensor stays on its device until here:
     this is the step's one host synchronisation) and return what the ranks agree on."""
-    signal, bad = agree_on_max([float(_SIGNAL), float(nonfinite)])
+    signal, bad = agree_on_max([float(PROCESS.signal), float(nonfinite)])
     return StepAgreement(int(signal), bool(bad))

@@ -101,10 +101,10 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
             raise ToolkitError(str(exc)) from exc
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
-    runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe()}')
+    runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe_batch_and_lr()}')
     for line in run.notes:
         runner.logger.info(line)
-    for line in run.resume.describe(cfg.work_dir):
+    for line in run.resume.describe_starting_point(cfg.work_dir):
         runner.logger.info(line)
     try:
         with explained(cfg, run.plan):

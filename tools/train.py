@@ -11,14 +11,12 @@ from mmengine.registry import RUNNERS
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.engine import process_group, world_size
-from xcit_dense.engine.distributed.process_group import describe_topology
 from xcit_dense.engine.planning.out_of_memory import explained
-from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_tool_config
+from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_training
 from xcit_dense.engine.training.nonfinite_loss_hook import NonFiniteLossError
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.weights import check_finetune_fits
 from xcit_dense.tool_errors import exit_status, stop_on, stop_on_bad_samples
-from xcit_launch.preflight import check_data_files
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,9 +61,7 @@ def main() -> None:
     ``process_group`` ends the process alike)."""
     args = parse_args()
     with stop_on(ValueError, heading=f'error in {args.config}', every_rank_alike=True):
-        cfg = open_tool_config(args.config, args.cfg_options)
-        check_data_files(cfg)
-    cfg.launcher = args.launcher
+        cfg = open_training(args)
     with process_group(args.launcher) as backend:
         train(cfg, args, backend)
 
@@ -83,10 +79,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
             reinitialised = check_finetune_fits(runner.model, cfg.load_from)
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
-    runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe_batch_and_lr()}')
-    for line in run.notes:
-        runner.logger.info(line)
-    for line in run.resume.describe_starting_point(cfg.work_dir):
+    for line in run.plan_lines(backend, cfg.work_dir):
         runner.logger.info(line)
     # out of memory: explained (status 3); a bad validation sample stops it (the metric would be over fewer images)
     with stop_on(NonFiniteLossError, CheckpointError, log=runner.logger.error), \

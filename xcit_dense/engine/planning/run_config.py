@@ -1,8 +1,8 @@
 """Turning a config and the command line into the Runner config of this run on this machine:
 the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample checks, resuming.
 
-``assemble_training`` is tools/train.py's one step from config to Runner config; ``open_testing`` and
-``assemble_testing`` are tools/test.py's (before the process group forms, and in it);
+``open_training`` and ``assemble_training`` are tools/train.py's steps from config to Runner config (before
+the process group forms, and in it), ``open_testing`` and ``assemble_testing`` tools/test.py's;
 ``configure_optim_wrapper`` is the one place that changes ``optim_wrapper``.
 """
 import argparse
@@ -18,6 +18,8 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from xcit_launch.preflight import check_data_files
+
 from ...builder import load_config
 from ...compile_option import take_compile_option
 from ...datasets.loaded_size import loader_color_type
@@ -27,7 +29,7 @@ from ...io.hub import is_hub_name
 from ...pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
 from ...published import is_published_model, open_published
 from ...tasks import task_of_config
-from ..distributed.process_group import gpus_present
+from ..distributed.process_group import describe_topology, gpus_present
 from ..training.ddp import NO_FORWARD_BUFFER_SYNC
 from ..training.model_ema_hook import ema_hook
 from ..training.optim_wrappers import GUARDED
@@ -196,6 +198,12 @@ class TrainingRun:
     resume: Resume
     notes: List[str] = field(default_factory=list)
 
+    def plan_lines(self, backend: Optional[str], work_dir: str) -> List[str]:
+        """What the log says before the first step: the run plan (processes, batch, LR), the notes and
+        where the run starts."""
+        return [f'Run plan: {describe_topology(backend)}; {self.plan.describe_batch_and_lr()}', *self.notes,
+                *self.resume.describe_starting_point(work_dir)]
+
 
 def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
                         checkpoint: Optional[dict]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
@@ -248,6 +256,16 @@ def configure_ema(cfg: Config, decay: Optional[float], plan: BatchPlan) -> List[
     return [f'EMA of the weights: decay {decay} per optimizer step (effective batch {plan.effective_batch}, '
             f'accumulation {plan.accumulation}), warm-up {warmup} steps; validation and the checkpoints\' '
             f'state_dict use the average (ema_state_dict: the trained weights)']
+
+
+def open_training(args: argparse.Namespace) -> Config:
+    """tools/train.py's start, before the process group forms: the config of CONFIG with ``--cfg-options``
+    for ``--launcher``, its data files checked (``check_data_files``: a missing annotation file or image
+    folder). Raises ConfigNotFoundError, or ValueError for a config that does not load or data not found."""
+    cfg = open_tool_config(args.config, args.cfg_options)
+    check_data_files(cfg)
+    cfg.launcher = args.launcher
+    return cfg
 
 
 def choose_work_dir(cfg: Config, args: argparse.Namespace) -> None:

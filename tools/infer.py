@@ -34,7 +34,6 @@ from xcit_dense.builder import load_config
 from xcit_dense.datasets.files import check_image_file, decode_image
 from xcit_dense.datasets.palette import complete_palette
 from xcit_dense.datasets.problems import UNREADABLE_IMAGE, BadSample
-from xcit_dense.errors import ToolkitError, UnsafeOutputError
 from xcit_dense.inference import (
     DRAWN_OVERLAP_IOU,
     build_inferencer,
@@ -50,6 +49,7 @@ from xcit_dense.pictures import draw_picture, picture_name
 from xcit_dense.pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 from xcit_dense.published import is_published_model, open_published
 from xcit_dense.tasks import Task, task_of_config
+from xcit_dense.tool_errors import exit_status, stop_on
 from xcit_launch.image_names import list_inputs
 from xcit_launch.known_warnings import KnownLogMessages
 
@@ -160,6 +160,7 @@ def write_mosaic(pictures: List[str], out_file: str, columns: int = 4) -> None:
 
 
 def main() -> None:
+    """The command line; ``exit_status`` turns the toolkit's errors into ``error: ...`` and their status."""
     args = parse_args()
     for path, what in ((args.config, 'config'), (args.checkpoint, 'checkpoint')) if not args.published else ():
         if '://' not in path and not is_hub_name(path) and not os.path.isfile(path):
@@ -167,7 +168,7 @@ def main() -> None:
     MMLogger.get_current_instance().addFilter(KnownLogMessages())  # the stack's known notices
     out_dir = Path(args.out_dir)
     published = None
-    try:
+    with stop_on(ValueError, CheckpointError, RuntimeError):
         if args.published:
             published = open_published(args.config, args.trust_config)
             cfg, args.checkpoint = published.config, published.weights
@@ -177,8 +178,6 @@ def main() -> None:
         task = task_of_config(cfg)
         inferencer = build_inferencer(cfg, args.checkpoint, device=args.device or default_device(),
                                       raw_weights=args.raw_weights)
-    except (ValueError, CheckpointError, RuntimeError, ToolkitError) as exc:
-        sys.exit(f'error: {exc}')
     if published and published.dataset_meta:  # a safetensors file names no classes: model.json does
         inferencer.model.dataset_meta = dict(published.dataset_meta)
     if inferencer.weights_used:
@@ -229,16 +228,14 @@ def main() -> None:
                             **prediction_record(sample, task, classes)))
     summary = dict(config=args.config, checkpoint=args.checkpoint, task=task.name,
                    classes=classes, images=results)
-    try:
-        write_bytes(out_dir / 'results.json', json.dumps(summary).encode())
-        if args.mosaic and pictures:
-            write_mosaic(pictures, args.mosaic)
-    except UnsafeOutputError as exc:
-        sys.exit(f'error: {exc}')
+    write_bytes(out_dir / 'results.json', json.dumps(summary).encode())  # a link at its name: UnsafeOutputError
+    if args.mosaic and pictures:
+        write_mosaic(pictures, args.mosaic)
     print(f'{len(pictures)} of {len(inputs)} images done: pictures and results.json in {out_dir}'
           + (f', mosaic {args.mosaic}' if args.mosaic and pictures else ''))
     if failures:
         sys.exit(f'{failures} input(s) failed: see the errors above')
 
+
 if __name__ == '__main__':
-    main()
+    sys.exit(exit_status(main))

@@ -10,16 +10,13 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.datasets.problems import bad_sample_message
 from xcit_dense.engine import process_group, world_size
-from xcit_dense.engine.distributed.process_group import defer_to_node_leader, describe_topology
-from xcit_dense.engine.planning.out_of_memory import OutOfMemoryAdvice, explained
-from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_tool_config
+from xcit_dense.engine.planning.out_of_memory import explained
+from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_training
 from xcit_dense.engine.training.nonfinite_loss_hook import NonFiniteLossError
-from xcit_dense.errors import Preempted, ToolkitError
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.weights import check_finetune_fits
-from xcit_launch.preflight import check_data_files
+from xcit_dense.tool_errors import exit_status, stop_on, stop_on_bad_samples
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,69 +56,36 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    """The command line: the toolkit's errors become ``error: ...`` and their status (1; 3 for out of
-    memory), a preemption
-    128 + the signal number (in a multi-process run ``process_group`` ends the process alike)."""
+    """The command line; ``exit_status`` turns the toolkit's errors into ``error: ...`` and their status
+    (1; 3 for out of memory), a preemption into 128 + the signal number (in a multi-process run
+    ``process_group`` ends the process alike)."""
     args = parse_args()
-    try:
-        try:
-            cfg = open_tool_config(args.config, args.cfg_options)
-            check_data_files(cfg)
-        except ValueError as exc:
-            defer_to_node_leader()
-            sys.exit(f'error in {args.config}: {exc}')
-        cfg.launcher = args.launcher
-        with process_group(args.launcher) as backend:
-            train(cfg, args, backend)
-    except ToolkitError as exc:  # out of memory: status 3 (OutOfMemoryAdvice)
-        print(f'error: {exc}', file=sys.stderr, flush=True)
-        sys.exit(exc.exit_status)
-    except Preempted as exc:
-        sys.exit(exc.exit_status)
+    with stop_on(ValueError, heading=f'error in {args.config}', every_rank_alike=True):
+        cfg = open_training(args)
+    with process_group(args.launcher) as backend:
+        train(cfg, args, backend)
 
 
 def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None:
     """Assemble the run, build the Runner and train; the Runner is garbage once this returns.
     Raises ToolkitError (inside the process group: no exit here, see ``main``)."""
-    try:
-        run = assemble_training(cfg, args, world_size())
-    except (CheckpointError, FileNotFoundError) as exc:  # (before ValueError: a SchemaError is both)
-        raise ToolkitError(f'cannot resume: {exc}') from exc
-    except ValueError as exc:
-        raise ToolkitError(str(exc)) from exc
+    with stop_on(ValueError), stop_on(CheckpointError, FileNotFoundError, prefix='cannot resume: '):
+        run = assemble_training(cfg, args, world_size())  # (a SchemaError is a CheckpointError and a ValueError)
     runner = RUNNERS.build(cfg)
-    try:
+    with stop_on(CheckpointError, prefix='cannot resume: '):
         run.resume.hand_to(runner)
-    except CheckpointError as exc:
-        raise ToolkitError(f'cannot resume: {exc}') from exc
     if cfg.get('load_from') and not run.resume.path:
-        try:
+        with stop_on(CheckpointError, FileNotFoundError):
             reinitialised = check_finetune_fits(runner.model, cfg.load_from)
-        except (CheckpointError, FileNotFoundError) as exc:
-            raise ToolkitError(str(exc)) from exc
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
-    runner.logger.info(f'Run plan: {describe_topology(backend)}; {run.plan.describe()}')
-    for line in run.notes:
+    for line in run.plan_lines(backend, cfg.work_dir):
         runner.logger.info(line)
-    for line in run.resume.describe(cfg.work_dir):
-        runner.logger.info(line)
-    try:
-        with explained(cfg, run.plan):
-            runner.train()
-    except OutOfMemoryAdvice as exc:
-        runner.logger.error(str(exc))
-        raise
-    except (NonFiniteLossError, CheckpointError) as exc:
-        runner.logger.error(str(exc))
-        raise ToolkitError(str(exc)) from exc
-    except Exception as exc:
-        bad = bad_sample_message(exc)  # a validation sample: the metric would be over fewer images
-        if bad is None:
-            raise
-        runner.logger.error(f'validation stopped: {bad}')
-        raise ToolkitError(f'validation stopped: {bad}') from exc
+    # out of memory: explained (status 3); a bad validation sample stops it (the metric would be over fewer images)
+    with stop_on(NonFiniteLossError, CheckpointError, log=runner.logger.error), \
+            stop_on_bad_samples('validation', runner.logger.error), explained(cfg, run.plan):
+        runner.train()
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(exit_status(main))

@@ -1,6 +1,7 @@
 """The toolkit's own reasons to stop a run, as exceptions: the library raises them and never ends the
-process; the tools' ``main`` functions (and, in a multi-process run, ``engine.distributed.process_group.process_group``)
-turn them into exit statuses. Called from a notebook or a sweep, the toolkit raises instead of exiting.
+process; the tools run their ``main`` through ``tool_errors.exit_status``, which turns them into exit statuses
+(in a multi-process run, ``engine.distributed.process_group.process_group`` ends the process alike). Called
+from a notebook or a sweep, the toolkit raises instead of exiting.
 """
 import signal
 

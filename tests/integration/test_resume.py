@@ -97,7 +97,7 @@ def test_a_restarted_group_without_a_checkpoint_starts_from_the_beginning(tmp_pa
     monkeypatch.setattr(current_context(), 'restart', Restart(1, 'Slurm requeue'))
     point = Resume.choose(str(tmp_path / 'run'), None)
     assert point.path is None
-    assert point.describe(str(tmp_path / 'run')) == [
+    assert point.describe_starting_point(str(tmp_path / 'run')) == [
         'Slurm requeue 1 of the group (SLURM_RESTART_COUNT): resuming from the beginning (no complete '
         'checkpoint yet)', f'--resume: no checkpoint in {tmp_path / "run"} yet, starting from the beginning']
 

@@ -103,7 +103,7 @@ def test_bad_accumulation_is_refused(value):
 
 def test_plan_line_says_everything():
     plan, _ = plan_for(SEG, 2, 2, keep=True, scale=True)
-    line = plan.describe()
+    line = plan.describe_batch_and_lr()
     for part in ('world size 2', '2 images per GPU', 'accumulation 4', 'effective batch 16',
                  'lr 6e-05', 'x1'):
         assert part in line, line

@@ -17,6 +17,11 @@ TOP_LEVEL = ('.ci', 'benchmarks', 'configs', 'dev', 'docs', 'requirements', 'tes
              'xcit_launch', 'xcit_mmcv_ext', 'setup.py', 'pytest.ini', 'model-index.yml', 'CITATION.cff')
 NAMED_PATH = re.compile(r'(?<![\w./~:-])((?:' + '|'.join(re.escape(t) for t in TOP_LEVEL)
                         + r')(?:/[\w.*-]+)*/?)(?![\w/])')
+# Another project's path, named as its own ("mmdet's tools/analysis_tools/analyze_logs.py", in code or prose):
+# not the toolkit's, whether or not the toolkit has a file of that name. (A path inside an install,
+# $MMDET/train.py or mmdet/.mim/tools/..., is no repository path: NAMED_PATH starts none after a / or $.)
+OTHER_PROJECTS = ('mmdet', 'mmseg', 'mmengine', 'mmcv', 'mmdetection', 'mmsegmentation', 'detectron2', 'timm', 'torch')
+ANOTHER_PROJECTS = re.compile(r"\b(?:" + '|'.join(OTHER_PROJECTS) + r")'s\s+`?$", re.I)
 # Paths the docs name that are not in the repository: other projects' files, users' examples, what
 # an install makes.
 NOT_IN_THE_REPOSITORY = {
@@ -100,12 +105,14 @@ def shown(path: Path) -> str:
 
 def missing_paths(path: Path) -> List[str]:
     """'page:line: path' for each repository path the page names (code and prose alike) that does
-    not exist; a glob (``tests/integration/test_faults_*.py``) must match a file."""
+    not exist; a glob (``tests/integration/test_faults_*.py``) must match a file. Another project's
+    path (ANOTHER_PROJECTS) is not the toolkit's."""
     missing = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         for match in NAMED_PATH.finditer(line):
             named = match.group(1).rstrip('.')
-            if ('/' not in named and named not in TOP_LEVEL) or named in NOT_IN_THE_REPOSITORY:
+            if ('/' not in named and named not in TOP_LEVEL) or named in NOT_IN_THE_REPOSITORY \
+                    or ANOTHER_PROJECTS.search(line[:match.start()]):
                 continue
             exists = any(ROOT.glob(named)) if '*' in named else (ROOT / named).exists()
             if not exists:
@@ -162,10 +169,11 @@ def test_the_path_check_sees_stale_paths(tmp_path):
     page = tmp_path / 'page.md'
     page.write_text('see `tests/test_faults_*.py` and xcit_dense/benchmark/cli.py, not tools/train.py,\n'
                     '`tests/integration/test_faults_*.py`, `configs/xcit/`, '
-                    'mmdet\'s tools/analysis_tools/get_flops.py\n'
-                    'or https://example.org/tools/nothing.py\n')
+                    'mmdet\'s tools/analysis_tools/analyze_logs.py, mmseg\'s `tools/dist_test_mmseg.sh`\n'
+                    'or https://example.org/tools/nothing.py, $MMDET/tools/analysis_tools/analyze_logs.py; '
+                    'tools/analysis_tools/analyze_logs.py of ours\n')
     assert [problem.split(': ', 1)[1] for problem in missing_paths(page)] == [
-        'tests/test_faults_*.py', 'xcit_dense/benchmark/cli.py']
+        'tests/test_faults_*.py', 'xcit_dense/benchmark/cli.py', 'tools/analysis_tools/analyze_logs.py']
 
 
 def test_every_relative_link_and_anchor_resolves():

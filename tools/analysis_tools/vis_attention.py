@@ -13,7 +13,7 @@ from xcit_launch.entry_point import prepare_process
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
 from xcit_dense.analysis.vis_attention import visualise
-from xcit_dense.errors import UnsafeOutputError
+from xcit_dense.tool_errors import exit_status
 
 
 def main() -> None:
@@ -28,12 +28,9 @@ def main() -> None:
     parser.add_argument('--size', type=int, nargs=2, default=[448, 448], metavar=('H', 'W'),
                         help='the images are resized to H x W (default 448 448)')
     args = parser.parse_args()
-    try:
-        visualise(args.config, args.checkpoint, args.images, args.out_dir, args.blocks, args.heads,
-                  args.top_k, tuple(args.size))
-    except UnsafeOutputError as exc:
-        sys.exit(f'error: {exc}')
+    visualise(args.config, args.checkpoint, args.images, args.out_dir, args.blocks, args.heads,
+              args.top_k, tuple(args.size))  # a link where it writes: UnsafeOutputError
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(exit_status(main))

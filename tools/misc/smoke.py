@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ['configs/_base_/models/mask_rcnn_xcit_p16.py', 'configs/_base_/models/upernet_xcit_p16.py']
 
 
-def describe(result) -> str:
+def describe_prediction(result) -> str:
     if 'pred_instances' in result:
         inst = result.pred_instances
         return f'{len(inst)} detections, masks {tuple(inst.masks.shape)}'
@@ -38,7 +38,7 @@ def main() -> None:
     for config in CONFIGS:
         start = time.perf_counter()
         model = build_model(str(ROOT / config)).eval()
-        summary = describe(predict(model, image))
+        summary = describe_prediction(predict(model, image))
         print(f'[smoke] {config}: XCiT-{model.backbone.arch}/{model.backbone.patch_size} -> {summary} '
               f'({time.perf_counter() - start:.1f} s)')
     print('[smoke] OK')

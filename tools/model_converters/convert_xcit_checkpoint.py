@@ -10,6 +10,7 @@ output is written atomically (a temporary file under a random name, renamed into
 """
 import argparse
 import os
+import sys
 
 from xcit_launch.entry_point import prepare_process
 
@@ -26,6 +27,7 @@ from xcit_dense.io.weights import (
 )
 from xcit_dense.models.presets import PATCH_SIZES, PRESETS
 from xcit_dense.models.xcit import XCiT
+from xcit_dense.tool_errors import exit_status, stop_on
 
 
 def convert_released(raw: dict, src: str, dst: str) -> None:
@@ -52,26 +54,23 @@ def main() -> None:
     parser.add_argument('--arch', choices=list(PRESETS), help='backbone files only')
     parser.add_argument('--patch-size', type=int, choices=PATCH_SIZES, help='backbone files only')
     args = parser.parse_args()
-
-    raw = load_weights_only(args.src)
-    if isinstance(raw, dict) and is_released_layout(raw):
-        convert_released(raw, args.src, args.dst)
-        return
-    if args.arch is None or args.patch_size is None:
-        parser.error('--arch and --patch-size are needed for a backbone (ImageNet) checkpoint')
-    # Validates shapes and completeness against the preset; raises naming the keys otherwise.
-    load_backbone_weights(XCiT(arch=args.arch, patch_size=args.patch_size), args.src,
-                          allowed_missing=('fpn1.', 'fpn2.', 'fpn3.', 'fpn4.'))
-    state, ignored = to_backbone_layout(read_checkpoint(args.src))
-    out = {'state_dict': {f'backbone.{k}': v for k, v in state.items()},
-           'meta': {'source': os.path.basename(args.src), 'arch': args.arch,
-                    'patch_size': args.patch_size}}
-    write_checkpoint(out, args.dst)
-    print(f'wrote {args.dst}: {len(state)} backbone tensors, {len(ignored)} keys dropped')
+    with stop_on(CheckpointError):  # a file that cannot be read or does not fit: the reason, no traceback
+        raw = load_weights_only(args.src)
+        if isinstance(raw, dict) and is_released_layout(raw):
+            convert_released(raw, args.src, args.dst)
+            return
+        if args.arch is None or args.patch_size is None:
+            parser.error('--arch and --patch-size are needed for a backbone (ImageNet) checkpoint')
+        # Validates shapes and completeness against the preset; raises naming the keys otherwise.
+        load_backbone_weights(XCiT(arch=args.arch, patch_size=args.patch_size), args.src,
+                              allowed_missing=('fpn1.', 'fpn2.', 'fpn3.', 'fpn4.'))
+        state, ignored = to_backbone_layout(read_checkpoint(args.src))
+        out = {'state_dict': {f'backbone.{k}': v for k, v in state.items()},
+               'meta': {'source': os.path.basename(args.src), 'arch': args.arch,
+                        'patch_size': args.patch_size}}
+        write_checkpoint(out, args.dst)
+        print(f'wrote {args.dst}: {len(state)} backbone tensors, {len(ignored)} keys dropped')
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except CheckpointError as exc:  # a file that cannot be read or does not fit: the reason, no traceback
-        raise SystemExit(f'error: {exc}')
+    sys.exit(exit_status(main))

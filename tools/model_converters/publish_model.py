@@ -15,24 +15,21 @@ from xcit_launch.entry_point import prepare_process
 
 prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, before the stack loads
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
-from xcit_dense.errors import ToolkitError
 from xcit_dense.published import publish
+from xcit_dense.tool_errors import exit_status
 
 
 def main() -> None:
-    """The command line: the toolkit's errors become ``error: ...`` and status 1."""
+    """The command line; ``exit_status`` turns the toolkit's errors into ``error: ...`` and status 1."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('checkpoint', help='the training checkpoint (work_dirs/<run>/iter_N.pth, epoch_N.pth)')
     parser.add_argument('out_dir', help='where the new folder is made')
     parser.add_argument('--config', help="the run's config (default: the one .py file beside the checkpoint); "
                                          "its _base_ chain must reach a config of configs/")
     args = parser.parse_args()
-    try:
-        folder = publish(args.checkpoint, args.out_dir, args.config)
-    except ToolkitError as exc:
-        sys.exit(f'error: {exc}')
+    folder = publish(args.checkpoint, args.out_dir, args.config)
     print(f'published {folder}: model.safetensors, model.json, README.md, config.py')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(exit_status(main))

@@ -793,7 +793,7 @@ def _note_forced_weights_only() -> None:
               logger='current')
 
 
-def describe(exc: BaseException) -> Optional[str]:
+def refusal_reason(exc: BaseException) -> Optional[str]:
     """The reason to show for a refused file, or None when ``exc`` is not a refusal."""
     if not isinstance(exc, Refused):
         return None

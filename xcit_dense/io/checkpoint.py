@@ -23,7 +23,7 @@ from .checked_unpickler import (
     _PickleModule,
     check_archive,
     check_torch_view,
-    describe as describe_refusal,
+    refusal_reason,
 )
 from .download import DownloadError, download, file_digest
 from .hub import HubError, is_hub_name, resolve_hub_name
@@ -135,7 +135,7 @@ def _unpickle_without_data(path: str) -> Any:
 
 def _reason(exc: BaseException) -> str:
     """The reason a message gives for ``exc``: a refusal's, or its first line, bounded."""
-    reason = describe_refusal(exc)
+    reason = refusal_reason(exc)
     if reason is None:
         text = str(exc).strip()
         reason = text.splitlines()[0][:MAX_REASON] if text else type(exc).__name__

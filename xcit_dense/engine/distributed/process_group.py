@@ -543,14 +543,6 @@ def process_group(launcher: str) -> Iterator[Optional[str]]:
             _exit_now(ToolkitError(f'the run finished, but leaving the process group failed: {exc}'))
 
 
-def defer_to_node_leader(grace_s: float = 30.0) -> None:
-    """Before a tool exits with an error every process of this node meets alike (its config, its
-    files): return at once on local rank 0, on the others only after ``grace_s`` (the launcher ends
-    them when rank 0 exits), so that the message is printed once and never lost."""
-    if int(os.environ.get('LOCAL_RANK', 0)) != 0:
-        time.sleep(grace_s)
-
-
 def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 

@@ -42,7 +42,8 @@ class BatchPlan:
                     accumulation=self.accumulation, effective_batch=self.effective_batch,
                     lr=self.lr)
 
-    def describe(self) -> str:
+    def describe_batch_and_lr(self) -> str:
+        """The run plan line's part: the batch per GPU and in all, the accumulation, the LR and its scale."""
         return (f'world size {self.world_size}, {self.images_per_gpu} images per GPU, '
                 f'accumulation {self.accumulation}, effective batch {self.effective_batch} '
                 f'(reference {self.reference_batch}), lr {self.lr:.3g} '

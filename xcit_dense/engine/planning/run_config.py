@@ -1,7 +1,8 @@
 """Turning a config and the command line into the Runner config of this run on this machine:
 the tools' shared start, norms, the optimizer wrapper, hooks, trackers, sample checks, resuming.
 
-``assemble_training`` is tools/train.py's one step from config to Runner config;
+``open_training`` and ``assemble_training`` are tools/train.py's steps from config to Runner config (before
+the process group forms, and in it), ``open_testing`` and ``assemble_testing`` tools/test.py's;
 ``configure_optim_wrapper`` is the one place that changes ``optim_wrapper``.
 """
 import argparse
@@ -17,13 +18,18 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from xcit_launch.preflight import check_data_files
+
 from ...builder import load_config
 from ...compile_option import take_compile_option
-from ...errors import ConfigNotFoundError
+from ...datasets.loaded_size import loader_color_type
+from ...errors import ConfigNotFoundError, ToolkitError
 from ...io.checkpoint import ATOMIC_WRITES
+from ...io.hub import is_hub_name
 from ...pixel_limit import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_BYTES_KEY, MAX_PIXELS_KEY
+from ...published import is_published_model, open_published
 from ...tasks import task_of_config
-from ..distributed.process_group import gpus_present
+from ..distributed.process_group import describe_topology, gpus_present
 from ..training.ddp import NO_FORWARD_BUFFER_SYNC
 from ..training.model_ema_hook import ema_hook
 from ..training.optim_wrappers import GUARDED
@@ -32,6 +38,7 @@ from ..training.resume_fit import ResumeFit
 from .auto_fit import FitRecord, device_record, fit, record_from
 from .batch_plan import BatchPlan, apply_batch_plan, resolve_batch_plan
 from .declared_hooks import toolkit_hooks
+from .evaluated_checkpoint import EvaluatedCheckpoint
 
 
 def open_tool_config(path: str, cfg_options: Optional[dict]) -> Config:
@@ -191,6 +198,12 @@ class TrainingRun:
     resume: Resume
     notes: List[str] = field(default_factory=list)
 
+    def plan_lines(self, backend: Optional[str], work_dir: str) -> List[str]:
+        """What the log says before the first step: the run plan (processes, batch, LR), the notes and
+        where the run starts."""
+        return [f'Run plan: {describe_topology(backend)}; {self.plan.describe_batch_and_lr()}', *self.notes,
+                *self.resume.describe_starting_point(work_dir)]
+
 
 def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
                         checkpoint: Optional[dict]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
@@ -245,6 +258,22 @@ def configure_ema(cfg: Config, decay: Optional[float], plan: BatchPlan) -> List[
             f'state_dict use the average (ema_state_dict: the trained weights)']
 
 
+def open_training(args: argparse.Namespace) -> Config:
+    """tools/train.py's start, before the process group forms: the config of CONFIG with ``--cfg-options``
+    for ``--launcher``, its data files checked (``check_data_files``: a missing annotation file or image
+    folder). Raises ConfigNotFoundError, or ValueError for a config that does not load or data not found."""
+    cfg = open_tool_config(args.config, args.cfg_options)
+    check_data_files(cfg)
+    cfg.launcher = args.launcher
+    return cfg
+
+
+def choose_work_dir(cfg: Config, args: argparse.Namespace) -> None:
+    """Training's and testing's rule: ``--work-dir``, else the config's ``work_dir``, else
+    work_dirs/<the config file's stem>."""
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+
+
 def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
     """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
     the checkpoint to resume from (read once, first: ``--auto-fit`` reuses what it recorded;
@@ -254,7 +283,7 @@ def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) ->
 
     Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
     checkpoint that cannot be resumed from."""
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or str(Path('work_dirs') / Path(args.config).stem)
+    choose_work_dir(cfg, args)
     resume = Resume.choose(cfg.work_dir, args.resume, ResumeFit(cfg))
     fitted, fit_lines = fit_batch_to_memory(cfg, args, world_size, resume.checkpoint)
     accumulation, keep_total_batch = (fitted[1], False) if fitted else (args.accumulation, args.keep_total_batch)
@@ -271,3 +300,84 @@ def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) ->
         # or downloaded only to be overwritten
         cfg.model.backbone.init_cfg = None
     return TrainingRun(plan, resume, fit_lines + configure_ema(cfg, args.ema, plan))
+
+
+@dataclass
+class EvaluationRun:
+    """What ``open_testing`` opened: the Runner config (``assemble_testing`` completes it in place) and
+    the checkpoint read once."""
+
+    cfg: Config
+    checkpoint: EvaluatedCheckpoint
+
+
+def open_testing(args: argparse.Namespace) -> EvaluationRun:
+    """tools/test.py's start, before the process group forms: the config of CONFIG with ``--cfg-options``,
+    or of a published model given alone (xcit_dense/published.py), with ``--tta``'s test-time augmentation;
+    the checkpoint located and read once.
+
+    Raises ToolkitError for arguments that do not go together or a checkpoint file not found, ValueError
+    for a config that does not load, CheckpointError for a checkpoint that cannot be read."""
+    if is_published_model(args.config):
+        if args.checkpoint is not None:
+            raise ValueError(f'{args.config} is a published model, which holds its weights: give no CHECKPOINT')
+        published = open_published(args.config, args.trust_config, args.cfg_options)
+        task_of_config(published.config).import_models()
+        cfg, checkpoint = published.config, published.weights
+    elif args.checkpoint is None:
+        raise ToolkitError('give CONFIG CHECKPOINT, or a published model (folder or hf-hub: name) alone')
+    elif args.trust_config:
+        raise ToolkitError('--trust-config is for a published model folder')
+    else:
+        cfg, checkpoint = open_tool_config(args.config, args.cfg_options), args.checkpoint
+    named = '://' in checkpoint or is_hub_name(checkpoint)  # a URL or hub name, not a path
+    if not named and not os.path.isfile(checkpoint):
+        raise ToolkitError(f'checkpoint file not found: {checkpoint}')
+    if args.tta:
+        use_tta(cfg)
+    run = EvaluationRun(cfg, EvaluatedCheckpoint.read(checkpoint, args.raw_weights))
+    if args.out and not args.out.endswith(('.pkl', '.pickle')):
+        raise ToolkitError(f'--out must be a .pkl file, got {args.out}')
+    return run
+
+
+def use_tta(cfg: Config) -> None:
+    """Test through the config's ``tta_model`` around its model, on its ``tta_pipeline``."""
+    if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+        raise ValueError('--tta needs tta_model and tta_pipeline in the config (the ADE20K base '
+                         'configs/_base_/datasets/ade20k_xcit.py has them)')
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    cfg.tta_model.module = cfg.model
+    cfg.model = cfg.tta_model
+
+
+def configure_test_outputs(cfg: Config, out: Optional[str], show_dir: Optional[str]) -> None:
+    """Prediction dumping to ``out`` and drawing into ``show_dir``, in the way of the config's task (mmdet
+    or mmseg)."""
+    task = task_of_config(cfg)
+    if out:
+        dump = dict(type=task.dump_results, out_file_path=os.path.abspath(out))
+        evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
+        cfg.test_evaluator = [*evaluators, dump]
+    if show_dir:  # the toolkit's hook: pictures named and drawn as tools/infer.py does, for both tasks
+        score_thr = cfg.default_hooks.visualization.get('score_thr', 0.3) if task.draws_scores else None
+        cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), dict(
+            type='ShowDirHook', out_dir=os.path.abspath(show_dir), score_thr=score_thr,
+            color_type=loader_color_type(cfg.test_dataloader.dataset.pipeline))]
+
+
+def assemble_testing(run: EvaluationRun, args: argparse.Namespace, out: Optional[str]) -> None:
+    """Turn the opened test run and tools/test.py's arguments into this run's Runner config, in place: the
+    launcher, norms and DDP for this machine, the predictions dumped to ``out`` (``--out``'s file is
+    written through a private folder: tools/test.py) and drawn into ``--show-dir``, the evaluation progress
+    hook, the test set's sample checks, the work dir (training's rule) and the checkpoint as every
+    weight (no pretrained backbone file read)."""
+    cfg = run.cfg
+    cfg.launcher = args.launcher
+    adapt_to_machine(cfg)
+    configure_test_outputs(cfg, out, args.show_dir)
+    declare_hooks(cfg, names=['eval_progress'])
+    check_samples(cfg, ['test_dataloader'])
+    choose_work_dir(cfg, args)
+    cfg.load_from = run.checkpoint.path
+    cfg.model.get('module', cfg.model).backbone.init_cfg = None  # (--tta: the model inside)

@@ -214,7 +214,7 @@ class Resume:
             runner.hand_checkpoint(self.path, self.checkpoint)
         self.checkpoint = None  # the Runner's now: dropped once it has loaded it
 
-    def describe(self, work_dir: str) -> List[str]:
+    def describe_starting_point(self, work_dir: str) -> List[str]:
         """The log lines that say where the run continues from."""
         lines = []
         if self.restart.count:

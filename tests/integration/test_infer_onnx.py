@@ -107,7 +107,7 @@ def test_a_file_without_segmentation_metadata_is_refused(tmp_path):
     del loaded.metadata_props[:]
     helper.set_model_props(loaded, {'task': '"detection"'})
     onnx.save(loaded, str(model))
-    with pytest.raises(ValueError, match='not a segmentor of tools/deployment/export_onnx.py --whole'):
+    with pytest.raises(ValueError, match='not a segmentation model of tools/deployment/export_onnx.py --whole'):
         SegmentationModel(str(model))
 
 

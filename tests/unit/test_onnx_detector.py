@@ -1,16 +1,23 @@
 """DetectorForward (xcit_dense/analysis/onnx_detector.py), the Mask R-CNN prediction written for ONNX
 export, against mmdet's ``model.predict`` on the demo's detector (4 blocks, seeded initialisation: 20
 detections an image, all of them different boxes of near scores) at two sizes, one not divisible by
-32: the same boxes after rescaling, labels, scores, and pasted masks."""
+32: the same boxes after rescaling, labels, scores, and pasted masks. The pairing of --check; and
+(slow) the export through tools/deployment/export_onnx.py, checked on images of three sizes."""
+import json
 from typing import List
 
+import cv2
+import numpy as np
+import onnx
 import pytest
 import torch
+from helpers import ROOT, run_tool_in_process
 from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 
-from xcit_dense.analysis.onnx_detector import DetectorForward
+from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection, match_detections
 from xcit_dense.builder import build_model
+from xcit_launch.onnx_detection import paste_masks
 
 DEMO = 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
 SMALL = {'model.backbone.depth': 4, 'model.backbone.out_indices': [0, 1, 2, 3], 'model.backbone.fast_layers': False}
@@ -88,3 +95,76 @@ def test_another_nms_threshold_or_no_mask_head_differs(detector, cases, monkeypa
     monkeypatch.setattr(module, 'mask_probabilities', lambda feats, boxes, labels: torch.ones(len(boxes), 28, 28))
     found = differences(module, cases)
     assert found and all('masks differ' in line for line in found), found
+
+
+def test_check_pairs_detections_by_label_and_box():
+    """--check's pairing: the same detections in another order are within the tolerances; a changed
+    label or a moved box leaves a pair unpaired, a changed score or mask is beyond its tolerance."""
+    gen = np.random.default_rng(0)
+    corners = gen.uniform(0, 60, (5, 2))
+    expected = dict(boxes=np.concatenate([corners, corners + gen.uniform(5, 40, (5, 2))], 1).astype(np.float32),
+                    scores=np.linspace(0.9, 0.5, 5).astype(np.float32), labels=np.array([0, 1, 1, 2, 0]),
+                    masks=gen.random((5, 28, 28)).astype(np.float32))
+    order = np.array([3, 0, 4, 1, 2])
+    same = {key: value[order] for key, value in expected.items()}
+    assert match_detections(expected, same, 0.5) == dict(matched=5, unmatched=(0, 0), score_difference=0.0,
+                                                         mask_iou=1.0, within=True)
+    for key, change in (('labels', lambda v: np.where(np.arange(5) == 3, 1, v)),
+                        ('boxes', lambda v: v + np.where(np.arange(5)[:, None] == 1, 2.0, 0)),
+                        ('scores', lambda v: v + np.where(np.arange(5) == 4, 2e-3, 0)),
+                        ('masks', lambda v: np.where(np.arange(5)[:, None, None] == 0, 1 - v, v))):
+        changed = dict(expected, **{key: change(expected[key]).astype(expected[key].dtype)})
+        row = match_detections(expected, changed, 0.5)
+        assert not row['within'], key
+        assert row['unmatched'] == ((1, 1) if key in ('labels', 'boxes') else (0, 0)), (key, row)
+
+
+@pytest.mark.slow  # an export of its own (5 min on 2 busy cores, 2026-12-06)
+def test_the_tool_exports_a_mask_rcnn_for_any_size_in_standard_operators(tmp_path):
+    """--whole --check --images: images of three sizes (resized by the file's metadata to 96x128, 128x128
+    and 58x128), each image's detections paired with PyTorch's (exit status 0); only standard ONNX
+    operators; the classes, palette, normalisation, test scale and mask threshold in the metadata; the
+    same check against other weights is beyond the tolerances."""
+    out, config, images = tmp_path / 'detector.onnx', tmp_path / 'tiny.py', tmp_path / 'images'
+    config.write_text(f"_base_ = {str(ROOT / DEMO)!r}\n"
+                      'model = dict(backbone=dict(depth=4, out_indices=[0, 1, 2, 3]))\n')
+    images.mkdir()
+    gen = np.random.default_rng(0)
+    for height, width in ((150, 200), (100, 100), (90, 200)):
+        cv2.imwrite(str(images / f'{height}x{width}.png'), gen.integers(0, 256, (height, width, 3), np.uint8))
+    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--whole', '--shape', '128', '128',
+                               '--check', '--images', images, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if 'detections paired' in line]
+    assert len(lines) == 3 and '3 of 3 images within tolerance' in proc.stdout, proc.stdout[-3000:]
+    assert all(' 20 detections paired, unpaired 0 of onnxruntime and 0 of PyTorch' in line for line in lines), lines
+    model = onnx.load(str(out))
+    assert {node.domain for node in model.graph.node} <= {'', 'ai.onnx'} and not model.functions
+    assert {'NonMaxSuppression', 'RoiAlign'} <= {node.op_type for node in model.graph.node}
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    assert meta['task'] == 'detection' and meta['classes'] == ['rectangle', 'ellipse', 'triangle'], meta
+    assert len(meta['palette']) == 3 and meta['scale'] == [128, 128] and meta['mask_thr_binary'] == 0.5, meta
+    torch.manual_seed(1)
+    other = build_model(str(config), {'model.backbone.fast_layers': False, 'model.backbone.init_cfg': None})
+    first = [(str(images / '100x100.png'), str(images / '100x100.png'))]
+    assert not check_detection(str(out), DetectorForward(other.eval()), first, (128, 128))[0]['within']
+
+
+def test_masks_are_pasted_as_mmdet_pastes_them(detector):
+    """xcit_launch/onnx_detection.py's numpy pasting (tools/deployment/infer_onnx.py) against mmdet's mask
+    head on a CPU: boxes inside, at the border, smaller than a pixel and of no width, rescaled."""
+    gen = torch.Generator().manual_seed(0)
+    corners = torch.rand(40, 2, generator=gen) * torch.tensor([90., 60.])
+    boxes = torch.cat([corners, corners + torch.rand(40, 2, generator=gen) * 50], 1)
+    boxes[-3:] = torch.tensor([[0., 0., 140., 96.], [10., 10., 10.5, 10.3], [20., 5., 20., 30.]])
+    probabilities = torch.rand(40, 28, 28, generator=gen)
+    meta = dict(ori_shape=(150, 200), scale_factor=(140 / 200, 96 / 150))
+    expected = detector.roi_head.mask_head.predict_by_feat(
+        mask_preds=(probabilities[:, None].expand(-1, 3, -1, -1),),
+        results_list=[InstanceData(bboxes=boxes.clone(), labels=torch.zeros(40, dtype=torch.long))],
+        batch_img_metas=[meta], rcnn_test_cfg=detector.roi_head.test_cfg, rescale=True,
+        activate_map=True)[0].masks.numpy()
+    scaled = (boxes / torch.tensor(meta['scale_factor']).repeat(2)).numpy()
+    pasted = paste_masks(probabilities.numpy(), scaled, 150, 200, 0.5)
+    assert pasted.shape == expected.shape and pasted.sum() > 0
+    assert (pasted != expected).sum() == 0, (pasted != expected).sum()

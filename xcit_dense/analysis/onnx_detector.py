@@ -18,8 +18,9 @@ probabilities of its label, to paste into the box (mmdet thresholds them at ``ma
 """
 import copy
 import math
-from typing import Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +29,11 @@ from torchvision.ops import nms, roi_align
 DETECTOR_OUTPUTS = ['boxes', 'scores', 'labels', 'masks']
 # DeltaXYWHBBoxCoder.decode's default bound of the size deltas, which mmdet's heads do not change
 WH_RATIO_CLIP = 16 / 1000
+# --check: an onnxruntime detection matches PyTorch's of its label with a box IoU of at least this, their
+# scores differ by at most this, and the pairs' 28x28 masks (over the file's mask_thr_binary) overlap by this
+MIN_BOX_IOU = 0.99
+MAX_SCORE_DIFFERENCE = 1e-3
+MIN_MASK_IOU = 0.99
 
 
 def decode_deltas(coder: nn.Module, priors: torch.Tensor, deltas: torch.Tensor, height, width) -> torch.Tensor:
@@ -73,6 +79,12 @@ def roi_features(extractor: nn.Module, feats: Sequence[torch.Tensor], boxes: tor
         term = pooled * (levels == level).to(pooled.dtype)[:, None, None, None]
         out = term if out is None else out + term
     return out
+
+
+def is_mask_rcnn(model: nn.Module) -> bool:
+    """Whether ``model`` has the parts ``DetectorForward`` runs: an RPN and RoI heads with a mask head."""
+    roi_head = getattr(model, 'roi_head', None)
+    return hasattr(model, 'rpn_head') and roi_head is not None and bool(getattr(roi_head, 'with_mask', False))
 
 
 class DetectorForward(nn.Module):
@@ -150,3 +162,64 @@ class DetectorForward(nn.Module):
         proposals = self.proposals(feats, height, width)
         boxes, scores, labels = self.detections(feats, proposals, height, width)
         return boxes, scores, labels, self.mask_probabilities(feats, boxes, labels)
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The (len(a), len(b)) IoUs of two arrays of (x1, y1, x2, y2) boxes."""
+    low = np.maximum(a[:, None, :2], b[None, :, :2])
+    high = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(high - low, 0, None).prod(2)
+    area_a, area_b = (np.clip(boxes[:, 2:] - boxes[:, :2], 0, None).prod(1) for boxes in (a, b))
+    union = area_a[:, None] + area_b[None] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def match_detections(expected: Dict[str, np.ndarray], got: Dict[str, np.ndarray],
+                     mask_threshold: float) -> dict:
+    """``got``'s detections (``boxes``, ``scores``, ``labels``, ``masks`` as ``DetectorForward`` gives
+    them) paired with ``expected``'s, by falling score, each with the unpaired one of the same label of
+    the largest box IoU at least ``MIN_BOX_IOU``: the pairs, the unpaired ones of each, the pairs'
+    largest score difference and smallest IoU of their masks (probabilities over ``mask_threshold``),
+    and whether all are within the tolerances."""
+    ious = box_iou(got['boxes'], expected['boxes'])
+    free = np.ones(len(expected['boxes']), bool)
+    pairs = []
+    for i in np.argsort(-got['scores'], kind='stable'):
+        candidates = free & (expected['labels'] == got['labels'][i]) & (ious[i] >= MIN_BOX_IOU)
+        if candidates.any():
+            j = int(np.argmax(np.where(candidates, ious[i], -1)))
+            free[j] = False
+            pairs.append((int(i), j))
+    score_difference, mask_iou = 0.0, 1.0
+    for i, j in pairs:
+        score_difference = max(score_difference, abs(float(got['scores'][i] - expected['scores'][j])))
+        a, b = got['masks'][i] >= mask_threshold, expected['masks'][j] >= mask_threshold
+        union = (a | b).sum()
+        mask_iou = min(mask_iou, float((a & b).sum() / union) if union else 1.0)
+    unmatched = len(got['boxes']) - len(pairs), len(expected['boxes']) - len(pairs)
+    return dict(matched=len(pairs), unmatched=unmatched, score_difference=score_difference, mask_iou=mask_iou,
+                within=unmatched == (0, 0) and score_difference <= MAX_SCORE_DIFFERENCE and mask_iou >= MIN_MASK_IOU)
+
+
+def check_detection(path: str, module: nn.Module, inputs: Iterable[Tuple[str, Optional[str]]],
+                    shape: Sequence[int]) -> List[dict]:
+    """onnxruntime's file at ``path`` beside ``module`` (``DetectorForward``) per input: ``(name, image
+    path)`` pairs, the image prepared as the file's metadata says, or ``(name, None)`` for a random image
+    of ``shape``; per input ``match_detections``'s row with its ``image``. An image that cannot be read
+    raises ValueError or FileNotFoundError."""
+    from xcit_launch.onnx_detection import DETECTION_OUTPUTS, DetectionModel
+    from xcit_launch.onnx_segmentation import read_image
+
+    from ..pixel_limit import DEFAULT_MAX_BYTES
+    runtime = DetectionModel(path)
+    rows = []
+    for name, image_path in inputs:
+        if image_path is None:
+            prepared = torch.rand(1, 3, *shape).numpy()
+        else:
+            prepared = runtime.network_input(read_image(image_path, DEFAULT_MAX_BYTES))[0]
+        with torch.no_grad():
+            expected = dict(zip(DETECTION_OUTPUTS, (t.numpy() for t in module.eval()(torch.from_numpy(prepared)))))
+        row = match_detections(expected, runtime.run(prepared), runtime.meta['mask_thr_binary'])
+        rows.append(dict(image=name, **row))
+    return rows

@@ -15,7 +15,6 @@ import numpy as np
 from .onnx_segmentation import OVERLAY_ALPHA, SegmentationModel, cpu_session, encode_mask, file_metadata, network_input
 
 DETECTION_OUTPUTS = ('boxes', 'scores', 'labels', 'masks')
-DRAWN_OVERLAP_IOU = 0.7  # xcit_dense.inference's, which tools/infer.py draws with
 
 
 class DetectionModel:

@@ -1,21 +1,17 @@
 """DetectorForward (xcit_dense/analysis/onnx_detector.py), the Mask R-CNN prediction written for ONNX
 export, against mmdet's ``model.predict`` on the demo's detector (4 blocks, seeded initialisation: 20
 detections an image, all of them different boxes of near scores) at two sizes, one not divisible by
-32: the same boxes after rescaling, labels, scores, and pasted masks. The pairing of --check; and
-(slow) the export through tools/deployment/export_onnx.py, checked on images of three sizes."""
-import json
+32: the same boxes after rescaling, labels, scores, and pasted masks; the pairing of --check; the
+pasting of tools/deployment/infer_onnx.py. tests/integration/test_infer_onnx.py exports one through the tool."""
 from typing import List
 
-import cv2
 import numpy as np
-import onnx
 import pytest
 import torch
-from helpers import ROOT, run_tool_in_process
 from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 
-from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection, match_detections
+from xcit_dense.analysis.onnx_detector import DetectorForward, is_mask_rcnn, match_detections
 from xcit_dense.builder import build_model
 from xcit_launch.onnx_detection import paste_masks
 
@@ -119,37 +115,6 @@ def test_check_pairs_detections_by_label_and_box():
         assert row['unmatched'] == ((1, 1) if key in ('labels', 'boxes') else (0, 0)), (key, row)
 
 
-@pytest.mark.slow  # an export of its own (5 min on 2 busy cores, 2026-12-06)
-def test_the_tool_exports_a_mask_rcnn_for_any_size_in_standard_operators(tmp_path):
-    """--whole --check --images: images of three sizes (resized by the file's metadata to 96x128, 128x128
-    and 58x128), each image's detections paired with PyTorch's (exit status 0); only standard ONNX
-    operators; the classes, palette, normalisation, test scale and mask threshold in the metadata; the
-    same check against other weights is beyond the tolerances."""
-    out, config, images = tmp_path / 'detector.onnx', tmp_path / 'tiny.py', tmp_path / 'images'
-    config.write_text(f"_base_ = {str(ROOT / DEMO)!r}\n"
-                      'model = dict(backbone=dict(depth=4, out_indices=[0, 1, 2, 3]))\n')
-    images.mkdir()
-    gen = np.random.default_rng(0)
-    for height, width in ((150, 200), (100, 100), (90, 200)):
-        cv2.imwrite(str(images / f'{height}x{width}.png'), gen.integers(0, 256, (height, width, 3), np.uint8))
-    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--whole', '--shape', '128', '128',
-                               '--check', '--images', images, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if 'detections paired' in line]
-    assert len(lines) == 3 and '3 of 3 images within tolerance' in proc.stdout, proc.stdout[-3000:]
-    assert all(' 20 detections paired, unpaired 0 of onnxruntime and 0 of PyTorch' in line for line in lines), lines
-    model = onnx.load(str(out))
-    assert {node.domain for node in model.graph.node} <= {'', 'ai.onnx'} and not model.functions
-    assert {'NonMaxSuppression', 'RoiAlign'} <= {node.op_type for node in model.graph.node}
-    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
-    assert meta['task'] == 'detection' and meta['classes'] == ['rectangle', 'ellipse', 'triangle'], meta
-    assert len(meta['palette']) == 3 and meta['scale'] == [128, 128] and meta['mask_thr_binary'] == 0.5, meta
-    torch.manual_seed(1)
-    other = build_model(str(config), {'model.backbone.fast_layers': False, 'model.backbone.init_cfg': None})
-    first = [(str(images / '100x100.png'), str(images / '100x100.png'))]
-    assert not check_detection(str(out), DetectorForward(other.eval()), first, (128, 128))[0]['within']
-
-
 def test_masks_are_pasted_as_mmdet_pastes_them(detector):
     """xcit_launch/onnx_detection.py's numpy pasting (tools/deployment/infer_onnx.py) against mmdet's mask
     head on a CPU: boxes inside, at the border, smaller than a pixel and of no width, rescaled."""
@@ -168,3 +133,14 @@ def test_masks_are_pasted_as_mmdet_pastes_them(detector):
     pasted = paste_masks(probabilities.numpy(), scaled, 150, 200, 0.5)
     assert pasted.shape == expected.shape and pasted.sum() > 0
     assert (pasted != expected).sum() == 0, (pasted != expected).sum()
+
+
+def test_only_a_mask_rcnn_is_exported_whole(detector):
+    """export_config's choice: the demo's Mask R-CNN (its toolkit heads are mmdet's subclasses), not
+    RetinaNet (no RoI heads; its tensor forward is exported) nor a Mask R-CNN without its mask head."""
+    assert is_mask_rcnn(detector)
+    assert not is_mask_rcnn(build_model('configs/examples/retinanet_xcit_tiny_12_p16_1x_coco.py',
+                                          {**SMALL, 'model.backbone.init_cfg': None}))
+    without_mask = build_model(DEMO, {**SMALL, 'model.roi_head.mask_head': None,
+                                      'model.roi_head.mask_roi_extractor': None})
+    assert not is_mask_rcnn(without_mask)

@@ -82,9 +82,16 @@ def roi_features(extractor: nn.Module, feats: Sequence[torch.Tensor], boxes: tor
 
 
 def is_mask_rcnn(model: nn.Module) -> bool:
-    """Whether ``model`` has the parts ``DetectorForward`` runs: an RPN and RoI heads with a mask head."""
+    """Whether ``model`` has the parts ``DetectorForward`` runs: mmdet's RPN head, and its standard RoI
+    heads with a mask head and single-level RoI extractors (not a cascade's)."""
+    from mmdet.models.dense_heads import RPNHead
+    from mmdet.models.roi_heads import StandardRoIHead
+    from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
     roi_head = getattr(model, 'roi_head', None)
-    return hasattr(model, 'rpn_head') and roi_head is not None and bool(getattr(roi_head, 'with_mask', False))
+    return (isinstance(getattr(model, 'rpn_head', None), RPNHead) and isinstance(roi_head, StandardRoIHead)
+            and roi_head.with_mask and not roi_head.with_shared_head
+            and isinstance(roi_head.bbox_roi_extractor, SingleRoIExtractor)
+            and isinstance(roi_head.mask_roi_extractor, SingleRoIExtractor))
 
 
 class DetectorForward(nn.Module):

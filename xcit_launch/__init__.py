@@ -12,6 +12,6 @@ before a launch; ``known_warnings``: the pinned stack's known warnings; ``cuda_a
 architectures run on which GPU; ``mmcv_build`` and ``mmcv_subset``: the mmcv wheel build;
 ``linkless_writes``: the toolkit's output files, written through no link; ``image_names``: the
 inference tools' inputs and picture names; ``decode_work``: the bounds on an image file's decoding
-work, checked before a decoder opens it; ``onnx_segmentation``: an exported segmentor run with
-onnxruntime, numpy and OpenCV (``tools/deployment/infer_onnx.py``).
+work, checked before a decoder opens it; ``onnx_segmentation`` and ``onnx_detection``: an exported
+segmentor or Mask R-CNN run with onnxruntime, numpy and OpenCV (``tools/deployment/infer_onnx.py``).
 """

@@ -23,6 +23,8 @@ KNOWN_WARNINGS = (
     (UserWarning, 'Default ``avg_non_ignore`` is False, if you would like to ignore the certain label'),
     # mmseg's visualization hook off by default (draw=False), as the toolkit sets it: tools/infer.py draws
     (UserWarning, 'The draw is False, it means that the hook for visualization will not take effect.'),
+    # torchvision's NMS registration for the exporter, once per NMS an export traces (a Mask R-CNN's)
+    (FutureWarning, '`create_unbacked_symint` is deprecated, please use `new_dynamic_size` instead'),
 )
 # mmengine's print_log deprecation notices (logged, not warned) that its own code triggers
 KNOWN_LOG_MESSAGES = (

@@ -2,7 +2,7 @@
 OpenCV only (``tools/deployment/infer_onnx.py``), so that a server needs neither torch nor OpenMMLab.
 
 The file carries what the caller does around it in its ``metadata_props`` (JSON values, written by
-``xcit_dense.analysis.onnx_export.segmentation_metadata``): the test pipeline's ``Resize`` (``scale``,
+``xcit_dense.analysis.onnx_export.prediction_metadata``): the test pipeline's ``Resize`` (``scale``,
 ``keep_ratio``; mmcv's rule, done here with OpenCV as mmcv does), the normalisation (``mean``, ``std``,
 ``bgr_to_rgb``), the ``classes`` and their ``palette``. The graph gives logits at its input's size; they
 are resized to the image's size (bilinear) before their argmax, as mmseg's ``predict`` does.
@@ -62,30 +62,45 @@ def rescaled_size(height: int, width: int, scale: Sequence[int], keep_ratio: boo
     return int(height * factor + 0.5), int(width * factor + 0.5)
 
 
+def network_input(image: np.ndarray, meta: dict) -> np.ndarray:
+    """A BGR image as an exported file takes it, by its metadata ``meta`` (a segmentor's or a detector's):
+    resized by the test pipeline's rule, normalised, (1, 3, H, W)."""
+    if meta['scale']:
+        height, width = rescaled_size(*image.shape[:2], meta['scale'], meta['keep_ratio'])
+        if (height, width) != image.shape[:2]:
+            image = cv2.resize(image, (width, height), interpolation=cv2.INTER_LINEAR)
+    if meta['bgr_to_rgb']:
+        image = image[..., ::-1]
+    normalised = (image.astype(np.float32) - np.float32(meta['mean'])) / np.float32(meta['std'])
+    return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None])
+
+
+def cpu_session(path: str):
+    """An onnxruntime session of the file at ``path`` on the CPU."""
+    import onnxruntime
+    return onnxruntime.InferenceSession(path, providers=['CPUExecutionProvider'])
+
+
+def file_metadata(session, path: str, task: str) -> dict:
+    """The JSON values of an onnxruntime session's ``metadata_props``; ValueError where the file at
+    ``path`` is not of ``task`` (no metadata of tools/deployment/export_onnx.py --whole for it)."""
+    props = session.get_modelmeta().custom_metadata_map
+    if props.get('task') != json.dumps(task):
+        raise ValueError(f'{path}: not a {task} model of tools/deployment/export_onnx.py --whole (no {task} metadata)')
+    return {key: json.loads(value) for key, value in props.items()}
+
+
 class SegmentationModel:
     """An exported segmentor in an onnxruntime session on the CPU, with its file's metadata."""
 
-    def __init__(self, path: str) -> None:
-        import onnxruntime
-        self.session = onnxruntime.InferenceSession(path, providers=['CPUExecutionProvider'])
-        props = self.session.get_modelmeta().custom_metadata_map
-        if props.get('task') != '"segmentation"':
-            raise ValueError(f'{path}: not a segmentor of tools/deployment/export_onnx.py --whole (no segmentation '
-                             f'metadata)')
-        self.meta = {key: json.loads(value) for key, value in props.items()}
+    def __init__(self, path: str, session=None) -> None:
+        self.session = session or cpu_session(path)
+        self.meta = file_metadata(self.session, path, 'segmentation')
         self.classes: List[str] = list(self.meta['classes'])
 
     def network_input(self, image: np.ndarray) -> np.ndarray:
         """The BGR image as the graph takes it: resized by the test pipeline's rule, normalised, (1, 3, H, W)."""
-        meta = self.meta
-        if meta['scale']:
-            height, width = rescaled_size(*image.shape[:2], meta['scale'], meta['keep_ratio'])
-            if (height, width) != image.shape[:2]:
-                image = cv2.resize(image, (width, height), interpolation=cv2.INTER_LINEAR)
-        if meta['bgr_to_rgb']:
-            image = image[..., ::-1]
-        normalised = (image.astype(np.float32) - np.float32(meta['mean'])) / np.float32(meta['std'])
-        return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None])
+        return network_input(image, self.meta)
 
     def predict(self, image: np.ndarray) -> np.ndarray:
         """The label map (int64, the image's height and width) of a BGR image."""

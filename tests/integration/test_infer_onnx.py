@@ -1,7 +1,8 @@
 """tools/deployment/infer_onnx.py: a segmentor's ONNX file run without torch or OpenMMLab, on a graph built here with
 onnx's helpers (logits = the RGB channels, so the label map is known from the image's colours): its
 metadata's resize and palette, results.json as tools/infer.py writes it, and the decoding limits; and
-(slow) a Semantic FPN exported by tools/deployment/export_onnx.py, checked on images, then run by it."""
+(slow) a Semantic FPN and a Mask R-CNN exported by tools/deployment/export_onnx.py, checked on images, then
+run by it."""
 import json
 import subprocess
 import sys
@@ -15,9 +16,11 @@ from helpers import ROOT, randomize_, run_tool_in_process
 from onnx import TensorProto, helper
 from pycocotools import mask as mask_utils
 
+from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection
 from xcit_dense.analysis.onnx_export import SegmentorForward, check_segmentation
 from xcit_dense.builder import build_model
 from xcit_launch.decode_work import MAX_SCANS
+from xcit_launch.onnx_detection import DetectionModel, open_exported
 from xcit_launch.onnx_segmentation import SegmentationModel
 
 # imported by none of the tool's modules: each raises ImportError in the tool's process
@@ -107,8 +110,23 @@ def test_a_file_without_segmentation_metadata_is_refused(tmp_path):
     del loaded.metadata_props[:]
     helper.set_model_props(loaded, {'task': '"detection"'})
     onnx.save(loaded, str(model))
-    with pytest.raises(ValueError, match='not a segmentor of tools/deployment/export_onnx.py --whole'):
+    with pytest.raises(ValueError, match='not a segmentation model of tools/deployment/export_onnx.py --whole'):
         SegmentationModel(str(model))
+
+
+def test_the_tool_opens_a_file_by_its_task(tmp_path):
+    """tools/deployment/infer_onnx.py's loader: a segmentor's file as a segmentor, not as a detector; a file
+    naming no task is refused."""
+    model = tmp_path / 'colours.onnx'
+    colour_classes_model(model, scale=None)
+    assert isinstance(open_exported(str(model)), SegmentationModel)
+    with pytest.raises(ValueError, match='not a detection model'):
+        DetectionModel(str(model))
+    loaded = onnx.load(str(model))
+    del loaded.metadata_props[:]
+    onnx.save(loaded, str(model))
+    with pytest.raises(ValueError, match='no metadata naming its task'):
+        open_exported(str(model))
 
 
 @pytest.mark.slow  # an export and checks at 512x512 (104-135 s on 2 busy cores, 2026-12-06)
@@ -142,3 +160,49 @@ def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_p
     for result in results['images']:
         assert sum(segment['area'] for segment in result['segments']) == 64 * 64, result['image']
         assert cv2.imread(result['picture']).shape == (384, 384, 3)
+
+
+@pytest.mark.long  # an export of its own, 9-11 min on 2 busy cores (2026-12-06): beyond CI (run with -m long)
+def test_an_exported_mask_rcnn_is_checked_on_images_and_runs_without_torch(tmp_path):
+    """--whole --check --images: images of three sizes (resized by the file's metadata to 96x128, 128x128
+    and 58x128), each image's detections paired with PyTorch's (exit status 0); only standard ONNX
+    operators; the classes, palette, normalisation, test scale and mask threshold in the metadata; the
+    same check against other weights is beyond the tolerances; tools/deployment/infer_onnx.py runs the file
+    where torch and OpenMMLab cannot be imported (every detection in results.json, masks pasted)."""
+    out, config, images = tmp_path / 'detector.onnx', tmp_path / 'tiny.py', tmp_path / 'images'
+    config.write_text(f"_base_ = {str(ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py')!r}\n"
+                      'model = dict(backbone=dict(depth=4, out_indices=[0, 1, 2, 3]))\n')
+    images.mkdir()
+    gen = np.random.default_rng(0)
+    for height, width in ((150, 200), (100, 100), (90, 200)):
+        cv2.imwrite(str(images / f'{height}x{width}.png'), gen.integers(0, 256, (height, width, 3), np.uint8))
+    proc = run_tool_in_process('tools/deployment/export_onnx.py', config, out, '--whole', '--shape', '128', '128',
+                               '--check', '--images', images, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if 'detections paired' in line]
+    assert len(lines) == 3 and '3 of 3 images within tolerance' in proc.stdout, proc.stdout[-3000:]
+    assert all(' 20 detections paired, unpaired 0 of onnxruntime and 0 of PyTorch' in line for line in lines), lines
+    model = onnx.load(str(out))
+    assert {node.domain for node in model.graph.node} <= {'', 'ai.onnx'} and not model.functions
+    assert {'NonMaxSuppression', 'RoiAlign'} <= {node.op_type for node in model.graph.node}
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    assert meta['task'] == 'detection' and meta['classes'] == ['rectangle', 'ellipse', 'triangle'], meta
+    assert len(meta['palette']) == 3 and meta['scale'] == [128, 128] and meta['mask_thr_binary'] == 0.5, meta
+    other = randomize_(build_model(str(config), {'model.backbone.fast_layers': False,
+                                                 'model.backbone.init_cfg': None}), seed=1)
+    first = [(str(images / '100x100.png'), str(images / '100x100.png'))]
+    assert not check_detection(str(out), DetectorForward(other.eval()), first, (128, 128))[0]['within']
+    proc = run_infer_onnx(out, images, '--out', tmp_path / 'pictures', cwd=tmp_path)
+    assert proc.returncode == 0 and '3 of 3 images done' in proc.stdout, proc.stderr
+    results = json.loads((tmp_path / 'pictures/results.json').read_text())
+    assert results['task'] == 'detection' and results['classes'] == meta['classes']
+    for result in results['images']:
+        height, width = result['height'], result['width']
+        assert len(result['instances']) == 20, result['image']
+        for instance in result['instances']:
+            assert instance['class'] == meta['classes'][instance['label']] and 0 < instance['score'] <= 1
+            x1, y1, x2, y2 = instance['bbox']
+            assert 0 <= x1 <= x2 <= width and 0 <= y1 <= y2 <= height, instance['bbox']
+            mask = mask_utils.decode(dict(instance['mask'], counts=instance['mask']['counts'].encode()))
+            assert mask.shape == (height, width)
+        assert min(cv2.imread(result['picture']).shape[:2]) == 384

@@ -14,10 +14,10 @@ from helpers import ROOT
 BY_PATH = re.compile(r'spec_from_file_location|SourceFileLoader|load_source\(|run_path\(')
 RUN_AS_MAIN = re.compile(r'''run_path\([^\n]*run_name=['"]__main__['"]''')
 SCANNED = ('tools/**/*.py', 'xcit_dense/**/*.py', 'xcit_launch/**/*.py', 'gpu_check/**/*.py', 'tests/**/*.py')
-# stdlib-only modules (onnx_segmentation: numpy, OpenCV and onnxruntime); preflight imports mmengine's
+# stdlib-only modules (onnx_segmentation, onnx_detection: numpy, OpenCV and onnxruntime); preflight imports mmengine's
 # Config and nothing heavier
 LIGHT = ('netif', 'torchrun', 'known_warnings', 'cuda_arch', 'mmcv_build', 'mmcv_subset', 'linkless_writes',
-         'image_names', 'decode_work', 'onnx_segmentation', 'launch_layout')
+         'image_names', 'decode_work', 'onnx_segmentation', 'onnx_detection', 'launch_layout')
 # the GPU check's modules that run on a lent machine before the stack is installed
 GPU_CHECK_LIGHT = ('bounded', 'device_check', 'bundle')
 

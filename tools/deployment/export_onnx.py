@@ -2,10 +2,14 @@
 
 A segmentor (--whole) is exported for any input size: logits at the input's size and the label map,
 with the classes, palette, normalisation and test resize in the file's metadata (tools/deployment/infer_onnx.py
-runs it without torch); a detector's tensor forward for the --shape size only.
---check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or, for a
-segmentor, on the images of --images DIR (per image: the label maps' pixel agreement and the logits'
-largest difference; exit status 1 where one is beyond the tolerances).
+runs it without torch). A Mask R-CNN (--whole) too, its whole prediction in standard ONNX operators:
+boxes in the input's pixels, scores, labels and 28x28 mask probabilities (the image goes in resized and
+normalised, unpadded; xcit_dense/analysis/onnx_detector.py); another detector's tensor forward for the
+--shape size only.
+--check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or on the
+images of --images DIR: a segmentor's label maps' pixel agreement and logits' largest difference; a
+Mask R-CNN's detections paired by label and box IoU, their score differences, the pairs' mask IoU and
+the unpaired ones. The exit status is 1 where one is beyond the tolerances.
 """
 import argparse
 import sys
@@ -16,6 +20,13 @@ prepare_process()  # first: OpenCV's pixel limit and the known-warning filters, 
 import torch
 
 import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; checkpoints read checked)
+from xcit_dense.analysis.onnx_detector import (
+    MAX_SCORE_DIFFERENCE,
+    MIN_BOX_IOU,
+    MIN_MASK_IOU,
+    DetectorForward,
+    check_detection,
+)
 from xcit_dense.analysis.onnx_export import (
     MAX_LOGITS_DIFFERENCE,
     MIN_PIXEL_AGREEMENT,
@@ -35,11 +46,11 @@ def main() -> None:
     parser.add_argument('--checkpoint', help="the whole model's training checkpoint (default: randomly "
                                              "initialised weights; the pretrained backbone is not loaded)")
     parser.add_argument('--shape', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'),
-                        help='the traced input size (the only one of a detector)')
+                        help='the traced input size (the only one of a detector other than Mask R-CNN)')
     parser.add_argument('--whole', action='store_true', help="export the model's prediction, not the backbone")
     parser.add_argument('--check', action='store_true', help='compare with PyTorch through onnxruntime')
-    parser.add_argument('--images', metavar='DIR', help='--check of a segmentor on these images (files or folders)',
-                        nargs='+')
+    parser.add_argument('--images', metavar='DIR', nargs='+',
+                        help='--check of a segmentor or Mask R-CNN on these images (files or folders)')
     args = parser.parse_args()
     try:
         module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
@@ -47,6 +58,9 @@ def main() -> None:
         sys.exit(f'error: {exc}')
     print(f'wrote {args.out}' + ('' if args.checkpoint else ' (random weights: no --checkpoint given)'))
     if not args.check:
+        return
+    if isinstance(module, DetectorForward):
+        check_detector(args, module)
         return
     if not args.images:
         error = max_abs_error(args.out, module, torch.rand(1, 3, *args.shape))
@@ -64,6 +78,26 @@ def main() -> None:
     beyond = sum(not row['within'] for row in rows)
     print(f'{len(rows) - beyond} of {len(rows)} images within tolerance (pixels agreeing >= '
           f'{MIN_PIXEL_AGREEMENT}, logits within {MAX_LOGITS_DIFFERENCE})')
+    if beyond:
+        sys.exit(1)
+
+
+
+def check_detector(args: argparse.Namespace, module: DetectorForward) -> None:
+    """--check of a Mask R-CNN: per image its paired and unpaired detections; exit 1 beyond tolerance."""
+    inputs = ([(path, path) for path in list_inputs(args.images)] if args.images
+              else [(f'random {args.shape[0]}x{args.shape[1]} image', None)])
+    try:
+        rows = check_detection(args.out, module, inputs, args.shape)
+    except (FileNotFoundError, ValueError) as exc:
+        sys.exit(f'error: {exc}')
+    for row in rows:
+        print(f"{row['image']}: {row['matched']} detections paired, unpaired {row['unmatched'][0]} of onnxruntime "
+              f"and {row['unmatched'][1]} of PyTorch, largest score difference {row['score_difference']:.3g}, "
+              f"smallest mask IoU {row['mask_iou']:.4f}" + ('' if row['within'] else '  BEYOND TOLERANCE'))
+    beyond = sum(not row['within'] for row in rows)
+    print(f'{len(rows) - beyond} of {len(rows)} images within tolerance (pairs: same label, box IoU >= {MIN_BOX_IOU}; '
+          f'none unpaired, scores within {MAX_SCORE_DIFFERENCE}, mask IoU >= {MIN_MASK_IOU})')
     if beyond:
         sys.exit(1)
 

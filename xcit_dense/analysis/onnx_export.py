@@ -1,10 +1,11 @@
 """ONNX export of an XCiT backbone or of a whole model's tensor forward, checked with onnxruntime.
 
-Exported with ``torch.onnx.export(dynamo=True)``. A backbone and a segmentor (UperNet, Semantic FPN)
-keep the image height and width dynamic (any size, divisible by 32 or not); a detector's tensor
-forward is exported for one input size. Two of mmseg's layers bake the traced size into the graph
-(wrong outputs at other sizes), so a segmentor is exported through a copy in which they are
-replaced by equal layers that keep it symbolic (``dynamic_size_copy``); training is unchanged.
+Exported with ``torch.onnx.export(dynamo=True)``. A backbone, a segmentor (UperNet, Semantic FPN) and
+a Mask R-CNN's whole prediction (``onnx_detector``) keep the image height and width dynamic (any size,
+divisible by 32 or not); another detector's tensor forward is exported for one input size. Two of
+mmseg's layers bake the traced size into the graph (wrong outputs at other sizes), so a segmentor is
+exported through a copy in which they are replaced by equal layers that keep it symbolic
+(``dynamic_size_copy``); training is unchanged.
 """
 import copy
 import json
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..io.output_files import writing
+from .onnx_detector import DETECTOR_OUTPUTS, DetectorForward, is_mask_rcnn
 
 BACKBONE_OUTPUTS = ['stride4', 'stride8', 'stride16', 'stride32']
 SEGMENTOR_OUTPUTS = ['logits', 'labels']
@@ -164,12 +166,16 @@ def check_segmentation(path: str, module: nn.Module, images: Sequence[str]) -> L
     return rows
 
 
-def segmentation_metadata(cfg, model: nn.Module) -> Dict[str, str]:
-    """What a caller needs beside the file, as JSON strings: the classes and their palette (the
-    checkpoint's, else the test set's), the normalisation (``mean``, ``std``, ``bgr_to_rgb``: the
-    image goes in as float32 (1, 3, H, W), normalised) and the test pipeline's ``Resize`` (``scale``,
-    ``keep_ratio``), which the caller applies before normalising."""
-    from mmseg.registry import DATASETS
+def prediction_metadata(cfg, model: nn.Module, task: str) -> Dict[str, str]:
+    """What a caller needs beside the file, as JSON strings: the ``task`` (segmentation or detection),
+    the classes and their palette (the checkpoint's, else the test set's), the normalisation (``mean``,
+    ``std``, ``bgr_to_rgb``: the image goes in as float32 (1, 3, H, W), normalised) and the test
+    pipeline's ``Resize`` (``scale``, ``keep_ratio``), which the caller applies before normalising; a
+    detector's ``mask_thr_binary`` beside them."""
+    if task == 'detection':
+        from mmdet.registry import DATASETS
+    else:
+        from mmseg.registry import DATASETS
 
     from ..datasets.palette import complete_palette
     dataset = cfg.test_dataloader.dataset
@@ -180,18 +186,21 @@ def segmentation_metadata(cfg, model: nn.Module) -> Dict[str, str]:
     palette = complete_palette(classes, meta.get('palette')) or meta.get('palette') or []
     resize = next((step for step in dataset.pipeline if step['type'] == 'Resize'), {})
     pre = cfg.model.data_preprocessor
-    values = dict(task='segmentation', classes=classes, palette=[[int(v) for v in c] for c in palette],
+    values = dict(task=task, classes=classes, palette=[[int(v) for v in c] for c in palette],
                   mean=list(pre.get('mean') or [0, 0, 0]), std=list(pre.get('std') or [1, 1, 1]),
                   bgr_to_rgb=bool(pre.get('bgr_to_rgb', False)),
                   scale=list(resize['scale']) if 'scale' in resize else None,
                   keep_ratio=bool(resize.get('keep_ratio', False)))
+    if task == 'detection':
+        values['mask_thr_binary'] = float(cfg.model.test_cfg.rcnn.mask_thr_binary)
     return {key: json.dumps(value) for key, value in values.items()}
 
 
 def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Optional[str] = None,
                   whole: bool = False) -> nn.Module:
     """Export a config's backbone (dynamic size) or whole model: a segmentor's logits and label map
-    (``SegmentorForward``, dynamic size, with ``segmentation_metadata``), a detector's tensor forward
+    (``SegmentorForward``, dynamic size, with ``prediction_metadata``), a Mask R-CNN's detections
+    (``DetectorForward``, dynamic size, with ``prediction_metadata``), another detector's tensor forward
     (fixed size). Returns the exported PyTorch module (the model as built, not the export's copy)."""
     from ..builder import build_model
     from ..io.weights import read_checkpoint
@@ -206,9 +215,13 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
     if not whole:
         export(model.backbone, path, shape, BACKBONE_OUTPUTS)
         return model.backbone
-    if task_of_config(cfg).name != 'segmentation':
-        export(TensorForward(model), path, shape, None, dynamic=False)
-        return TensorForward(model)
-    export(SegmentorForward(dynamic_size_copy(model)), path, shape, SEGMENTOR_OUTPUTS,
-           metadata=segmentation_metadata(cfg, model))
-    return SegmentorForward(model)
+    if task_of_config(cfg).name == 'segmentation':
+        export(SegmentorForward(dynamic_size_copy(model)), path, shape, SEGMENTOR_OUTPUTS,
+               metadata=prediction_metadata(cfg, model, 'segmentation'))
+        return SegmentorForward(model)
+    if is_mask_rcnn(model):
+        export(DetectorForward(model), path, shape, DETECTOR_OUTPUTS,
+               metadata=prediction_metadata(cfg, model, 'detection'))
+        return DetectorForward(model)
+    export(TensorForward(model), path, shape, None, dynamic=False)
+    return TensorForward(model)

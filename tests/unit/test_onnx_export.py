@@ -72,7 +72,7 @@ def test_upernet_with_dynamic_size(tmp_path):
 
 @pytest.mark.slow  # an export of its own (about 20 s); the main stage checks the quiet build below
 def test_the_export_tool_says_its_weights_are_random_and_logs_no_initialisation(tmp_path):
-    """docs/analysis.md's first ONNX command: two result lines, not MMEngine's per-parameter init log."""
+    """docs/deploy.md's first command: two result lines, not MMEngine's per-parameter init log."""
     out, config = tmp_path / 'backbone.onnx', tmp_path / 'tiny.py'
     config.write_text(f"_base_ = {str(ROOT / 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py')!r}\n"
                       'model = dict(backbone=dict(embed_dims=64, depth=4, num_heads=4, out_indices=(0, 1, 2, 3)), '

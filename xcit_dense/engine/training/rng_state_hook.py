@@ -6,10 +6,11 @@ from typing import List, Optional
 
 import numpy as np
 import torch
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...io.checkpoint_schema import rng_states_of
+from ..distributed.checkpoint_schedule import checkpoint_due
 from ..distributed.collectives import gather_objects
 from ..distributed.process_group import world_size
 
@@ -61,19 +62,6 @@ def set_rng_state(state: dict) -> Optional[str]:
     return None
 
 
-def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
-    """Whether ``hook`` is a checkpoint hook that writes a checkpoint after this iteration (its
-    own rule, for iteration and epoch schedules)."""
-    if not isinstance(hook, CheckpointHook):
-        return False
-    if not hook.by_epoch:
-        return bool(hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
-                    or (hook.save_last and hook.is_last_train_iter(runner)))
-    return hook.end_of_epoch(runner.train_dataloader, batch_idx) and bool(
-        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        or (hook.save_last and hook.is_last_train_epoch(runner)))
-
-
 def _log_restored(logger, missed: Optional[str]) -> None:
     """Say what was restored, and what not."""
     if missed:
@@ -106,7 +94,7 @@ class RNGStateHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Note this rank's states; gather every rank's when a checkpoint is written now."""
         self._own = get_rng_state()
-        if any(_saves_after(hook, runner, batch_idx) for hook in runner.hooks):
+        if checkpoint_due(runner, batch_idx):
             self.gather(runner)
 
     def gather(self, runner) -> None:

@@ -17,7 +17,6 @@ from ..distributed.process_wide import PROCESS
 from ..distributed.run_context import current_context
 from .optim_wrappers import step_agreement
 from .resume import write_pointer
-from .rng_state_hook import RNGStateHook
 from .step_agreement import clear_signal, note_signal, noted_signal
 
 
@@ -67,7 +66,8 @@ class PreemptionHook(Hook):
     storage) stops at once, with the checkpoint of the last completed iteration.
 
     The checkpoint is ``iter_<step>.pth`` (``step``: the iterations done), with the data position of
-    ``DataPositionHook``; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
+    ``DataPositionHook``; the hooks' ``before_preemption_checkpoint`` runs on every rank just before it
+    is saved; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
     job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them with
     REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py continues
     from the newest checkpoint without being asked (engine/training/resume.py). Elsewhere the run just stops;
@@ -113,9 +113,9 @@ class PreemptionHook(Hook):
 
     def _checkpoint_and_stop(self, runner, signum: int, step: int) -> None:
         """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, raise Preempted."""
-        for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
-            if isinstance(hook, RNGStateHook):
-                hook.gather(runner)
+        # on every rank, at the same iteration: the hooks gather what rank 0 writes (RNGStateHook: each
+        # rank's RNG states); MMEngine's call_hook runs the method of each hook that has it
+        runner.call_hook('before_preemption_checkpoint')
         name = signal.Signals(signum).name
         filename = f'iter_{step}.pth'
         runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')

@@ -77,8 +77,8 @@ class RNGStateHook(Hook):
 
     The states saved are those at the end of the last training iteration. A checkpoint is
     written by rank 0 alone, so all ranks' states are gathered (a few kilobytes each) at the
-    iterations that write a checkpoint: those of the checkpoint hook's schedule, and a
-    preemption stop (the preemption hook calls ``gather``). Validation leaves the states as it found them, since a
+    iterations that write a checkpoint: those of the checkpoint hook's schedule (``checkpoint_due``),
+    and a preemption stop (``before_preemption_checkpoint``). Validation leaves the states as it found them, since a
     resumed run does not repeat it.
     """
 
@@ -95,13 +95,18 @@ class RNGStateHook(Hook):
         """Note this rank's states; gather every rank's when a checkpoint is written now."""
         self._own = get_rng_state()
         if checkpoint_due(runner, batch_idx):
-            self.gather(runner)
+            self._gather(runner)
 
-    def gather(self, runner) -> None:
+    def _gather(self, runner) -> None:
         """Every rank's states after this iteration, ready for the checkpoint (a collective: all
         ranks call it at the same iteration)."""
         self._latest = gather_objects(self._own if self._own is not None else get_rng_state())
         self._gathered_at = runner.iter
+
+    def before_preemption_checkpoint(self, runner) -> None:
+        """Every rank's states, for the preemption hook's checkpoint (which all ranks write at the
+        same iteration)."""
+        self._gather(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         """Store the states of all ranks, indexed by rank; in a distributed run only at the

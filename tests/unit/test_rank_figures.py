@@ -356,11 +356,16 @@ def half_second_clock(monkeypatch):
     monkeypatch.setattr(loops.time, 'perf_counter', lambda: next(now))
 
 
+def uninterrupted(fetch):
+    """In place of the loops' ``InterruptibleFetch`` (no signal comes in these tests)."""
+    return fetch()
+
+
 @pytest.mark.quick
 def test_the_iteration_loops_batches_time_each_fetch(half_second_clock):
     from torch.utils.data import DataLoader
     clock = loops.FetchClock()
-    batches = loops._EndlessBatches(DataLoader(Vectors(), batch_size=32), False, lambda: None, clock)
+    batches = loops._EndlessBatches(DataLoader(Vectors(), batch_size=32), False, lambda: None, clock, uninterrupted)
     batches.ignore = 1
     assert next(batches) is None and clock.take() == 0.0  # MMEngine's resume skip loads nothing
     assert [next(batches)['inputs'].shape[0] for _ in range(3)] == [32, 32, 32]  # the second pass begins
@@ -372,7 +377,7 @@ def test_the_epoch_loops_pass_times_its_start_and_batches_and_is_the_data_loader
     from torch.utils.data import DataLoader
     clock = loops.FetchClock()
     loader = DataLoader(Vectors(), batch_size=16)
-    epoch = loops._EpochPass(loader, 0, False, lambda: None, clock)
+    epoch = loops._EpochPass(loader, 0, False, lambda: None, clock, uninterrupted)
     assert len(epoch) == 4 and epoch.batch_size == 16
     epoch._iterator = 'set by a hook'  # (as mmdet's PipelineSwitchHook restarts persistent workers)
     assert loader._iterator == 'set by a hook'
@@ -380,7 +385,7 @@ def test_the_epoch_loops_pass_times_its_start_and_batches_and_is_the_data_loader
     assert len(list(enumerate(epoch))) == 4  # as MMEngine's epoch loop iterates
     assert clock.take() == 0.5 * 6  # the pass's start, four batches and the end of the pass
     reached = []
-    resumed = loops._EpochPass(loader, 3, False, lambda: reached.append(True), clock)
+    resumed = loops._EpochPass(loader, 3, False, lambda: reached.append(True), clock, uninterrupted)
     assert len(list(resumed)) == 1 and reached == [True]
     assert clock.take() == 0.5 * 3  # the start (three batches loaded and dropped), one batch, the end
 

@@ -1,15 +1,23 @@
 """RNG states survive a checkpoint file read weights-only and MMEngine's resume onto another device; a
-seedless resume takes the checkpoint's seed."""
+seedless resume takes the checkpoint's seed; a preemption checkpoint holds every rank's states."""
+import logging
 import random
+import signal
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 from helpers import tiny_seg_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
 
+from xcit_dense.engine.training import rng_state_hook
+from xcit_dense.engine.training.preemption_hook import PreemptionHook
 from xcit_dense.engine.training.resume import seed_from_checkpoint
 from xcit_dense.engine.training.rng_state_hook import RNGStateHook, get_rng_state, set_rng_state
+from xcit_dense.engine.training.step_agreement import clear_signal, note_signal
+from xcit_dense.errors import Preempted
 from xcit_dense.io.weights import read_checkpoint
 
 
@@ -74,3 +82,33 @@ def test_states_restore_after_mmengine_resume_moves_every_tensor(tmp_path, seg_d
     hook.before_train(runner)
     assert draws() == expected
     assert moved == ['cpu']  # the one tensor, off the CPU
+
+
+def test_a_preemption_checkpoint_holds_every_ranks_states(tmp_path, monkeypatch):
+    """Between two scheduled checkpoints, a signal's checkpoint still holds the states of every rank:
+    the preemption hook has the hooks gather them first (here two ranks, their gather stood in for)."""
+    monkeypatch.setattr(rng_state_hook, 'world_size', lambda: 2)
+    monkeypatch.setattr(rng_state_hook, 'gather_objects', lambda state: [state, state])
+    monkeypatch.delenv('SLURM_JOB_ID', raising=False)
+    hooks = [RNGStateHook(), PreemptionHook()]
+    saved = []
+
+    def call_hook(name, **kwargs):  # as MMEngine's Runner.call_hook: each hook that has the method
+        for hook in hooks:
+            if hasattr(hook, name):
+                getattr(hook, name)(runner, **kwargs)
+
+    def save_checkpoint(work_dir, filename, meta, **kwargs):  # rank 0's part of Runner.save_checkpoint
+        saved.append(dict(meta=dict(meta)))
+        call_hook('before_save_checkpoint', checkpoint=saved[-1])
+    runner = SimpleNamespace(iter=4, rank=0, work_dir=str(tmp_path), hooks=hooks, logger=logging.getLogger(__name__),
+                             optim_wrapper=SimpleNamespace(should_update=lambda: True),
+                             call_hook=call_hook, save_checkpoint=save_checkpoint)
+    call_hook('after_train_iter', batch_idx=4)  # no checkpoint hook: no checkpoint due, nothing gathered
+    note_signal(signal.SIGTERM)
+    try:
+        with pytest.raises(Preempted):
+            call_hook('after_train_iter', batch_idx=4)
+    finally:
+        clear_signal()
+    assert [len(checkpoint['meta']['rng_states']) for checkpoint in saved] == [2]

@@ -8,19 +8,12 @@ first meet under the long bound, so that no rank starts a step while another is 
 then is the step bound set. The first step of a run keeps the long bound (data workers starting,
 a first compilation); a compile in a later step extends that step's bound (``engine.distributed.compile_bound``).
 """
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from .checkpoint_schedule import checkpoint_due
 from .collectives import barrier_within
 from .process_group import begin_step_bound, end_step_bound, wait_bound_s, world_size
-
-
-def checkpoint_follows(runner) -> bool:
-    """Whether a checkpoint hook of ``runner`` saves after the iteration now ending (the same answer
-    on every rank: it follows from the iteration count alone)."""
-    return any(isinstance(hook, CheckpointHook) and not hook.by_epoch and (
-        hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
-        or (hook.save_last and hook.is_last_train_iter(runner))) for hook in runner.hooks)
 
 
 @HOOKS.register_module()
@@ -58,4 +51,4 @@ class StepBoundHook(Hook):
         if world_size() == 1:
             return
         end_step_bound()
-        self._gap = self._gap or checkpoint_follows(runner)
+        self._gap = self._gap or checkpoint_due(runner, batch_idx)

@@ -15,6 +15,7 @@ built), and MMEngine's resume skip, one ``next`` per iteration done, gets ``None
 Both loops time their batch fetches (``fetch_clock``, a ``FetchClock``): every ``next`` of the
 batches the loop trains on, and the start of each pass over the data loader (its workers starting),
 batches loaded and dropped on resume included. ``RankFiguresHook`` reads it as the data wait.
+In a run of one process a stop signal interrupts each batch fetch (``InterruptibleFetch``).
 """
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
@@ -25,6 +26,7 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import DataLoader
 
 from ...datasets.samplers import can_start_at, start_at
+from .interruptible_fetch import InterruptibleFetch
 
 
 class FetchClock:
@@ -48,16 +50,16 @@ class FetchClock:
 
 
 class _TimedBatches:
-    """An iterator of batches whose every ``next`` is timed on a ``FetchClock``."""
+    """An iterator of batches whose every ``next`` is interruptible and timed on a ``FetchClock``."""
 
-    def __init__(self, batches: Iterator, clock: FetchClock) -> None:
-        self._batches, self._clock = batches, clock
+    def __init__(self, batches: Iterator, clock: FetchClock, interruptible: InterruptibleFetch) -> None:
+        self._batches, self._clock, self._interruptible = batches, clock, interruptible
 
     def __iter__(self) -> '_TimedBatches':
         return self
 
     def __next__(self) -> Any:
-        return self._clock.timed(lambda: next(self._batches))
+        return self._clock.timed(lambda: self._interruptible(lambda: next(self._batches)))
 
 
 def set_sampler_epoch(dataloader: Any, epoch: int) -> None:
@@ -98,15 +100,15 @@ class _Waiting:
 
 class _EpochPass:
     """The data loader of one epoch as the epoch loop iterates over it: the pass, and each batch,
-    timed on the loop's ``FetchClock``; a resumed pass begins after its first ``skip`` batches
-    (started there, or loaded and dropped), then calls ``reached``. Everything else, read or set
-    (by hooks during the epoch), is the data loader's."""
+    timed on the loop's ``FetchClock``, each batch fetched interruptibly; a resumed pass begins after
+    its first ``skip`` batches (started there, or loaded and dropped), then calls ``reached``.
+    Everything else, read or set (by hooks during the epoch), is the data loader's."""
 
-    _OWN = ('dataloader', 'skip', 'positioned', 'reached', 'clock')
+    _OWN = ('dataloader', 'skip', 'positioned', 'reached', 'clock', 'interruptible')
 
     def __init__(self, dataloader: DataLoader, skip: int, positioned: bool, reached: Callable[[], None],
-                 clock: FetchClock) -> None:
-        for name, value in zip(self._OWN, (dataloader, skip, positioned, reached, clock)):
+                 clock: FetchClock, interruptible: InterruptibleFetch) -> None:
+        for name, value in zip(self._OWN, (dataloader, skip, positioned, reached, clock, interruptible)):
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:
@@ -122,7 +124,7 @@ class _EpochPass:
         return len(self.dataloader)
 
     def __iter__(self) -> _TimedBatches:
-        return _TimedBatches(self.clock.timed(self._begin), self.clock)
+        return _TimedBatches(self.clock.timed(self._begin), self.clock, self.interruptible)
 
     def _begin(self) -> Iterator:
         if not self.skip:
@@ -131,7 +133,7 @@ class _EpochPass:
             start_at(self.dataloader, self.skip)
         batches = iter(self.dataloader)  # (the base seed drawn before the RNG states return)
         for _ in range(0 if self.positioned else self.skip):
-            next(batches)
+            self.interruptible(lambda: next(batches))
         self.reached()
         return batches
 
@@ -147,6 +149,7 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         self._skip = 0  # batches of the current epoch before this run's first
         self._waiting = _Waiting(False)
         self.fetch_clock = FetchClock()
+        self._interruptible = InterruptibleFetch(self.runner)
 
     def start_data_at(self, epoch: int, batches: int) -> None:
         """Run the current ``epoch`` from its batch ``batches`` on (on resume, before training)."""
@@ -163,7 +166,8 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     def run_epoch(self) -> None:
         """MMEngine's ``run_epoch`` over the data loader's pass (``_EpochPass``: timed, resumed)."""
         dataloader = self.dataloader
-        self.dataloader = _EpochPass(dataloader, self._skip, self.positioned, self._waiting.reached, self.fetch_clock)
+        self.dataloader = _EpochPass(dataloader, self._skip, self.positioned, self._waiting.reached, self.fetch_clock,
+                                     self._interruptible)
         try:
             super().run_epoch()
         finally:
@@ -186,12 +190,13 @@ class _Unstarted:
 
 class _EndlessBatches:
     """An iteration loop's batches: passes over the data loader one after another (the sampler's epoch
-    set to the pass's number), the first one begun at its first batch, at the position ``place`` set.
-    ``ignore`` calls get ``None`` (MMEngine's resume skip)."""
+    set to the pass's number), the first one begun at its first batch, at the position ``place`` set;
+    each fetch interruptible and timed. ``ignore`` calls get ``None`` (MMEngine's resume skip)."""
 
     def __init__(self, dataloader: DataLoader, positioned: bool, reached: Callable[[], None],
-                 clock: FetchClock) -> None:
+                 clock: FetchClock, interruptible: InterruptibleFetch) -> None:
         self.dataloader, self.positioned, self.reached, self.clock = dataloader, positioned, reached, clock
+        self.interruptible = interruptible
         self.epoch = 0  # the pass
         self.batches = 0  # of this pass, handed out or passed over
         self.ignore = 0
@@ -209,7 +214,7 @@ class _EndlessBatches:
         if self.ignore:
             self.ignore -= 1
             return None
-        return self.clock.timed(self._next)
+        return self.clock.timed(lambda: self.interruptible(self._next))
 
     def _next(self) -> Any:
         if self._pass is None:
@@ -255,7 +260,8 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
         self.positioned = can_start_at(dataloader)
         self._waiting = _Waiting(True)  # until the first batch: the data starts there
         self.fetch_clock = FetchClock()
-        self.dataloader_iterator = _EndlessBatches(dataloader, self.positioned, self._waiting.reached, self.fetch_clock)
+        self.dataloader_iterator = _EndlessBatches(dataloader, self.positioned, self._waiting.reached, self.fetch_clock,
+                                                   InterruptibleFetch(runner))
 
     def start_data_at(self, epoch: int, batches: int) -> None:
         """Start the data at batch ``batches`` of the sampler's ``epoch`` (on resume, before training)."""

@@ -12,62 +12,24 @@ from mmengine.registry import HOOKS
 from ...errors import Preempted
 from ...io.checkpoint import ATOMIC_WRITES
 from ..distributed.collectives import barrier_within
-from ..distributed.process_group import world_size
 from ..distributed.process_wide import PROCESS
 from ..distributed.run_context import current_context
+from .interruptible_fetch import SignalWhileFetching
 from .optim_wrappers import step_agreement
 from .resume import write_pointer
-from .rng_state_hook import RNGStateHook
-from .step_agreement import clear_signal, note_signal, noted_signal
-
-
-class _SignalWhileLoading(BaseException):
-    """Raised by the handler inside batch loading (e.g. a run of bad-sample retries): the run stops
-    there, with nothing of the iteration to lose. A BaseException: no ``except Exception`` of a
-    pipeline or of the bad-sample loop swallows it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-class _StopWhileLoading:
-    """The training loop's batches (a DataLoader or an iterator over one), loaded interruptibly."""
-
-    def __init__(self, batches, hook: 'PreemptionHook', runner) -> None:
-        self._batches, self._hook, self._runner = batches, hook, runner
-
-    def __getattr__(self, name: str):
-        return getattr(self._batches, name)
-
-    def __len__(self) -> int:
-        return len(self._batches)
-
-    def __iter__(self) -> '_StopWhileLoading':
-        return _StopWhileLoading(iter(self._batches), self._hook, self._runner)
-
-    def __next__(self):
-        signum = noted_signal()  # noted during validation, say: stop before loading more
-        if not signum:
-            PROCESS.loading = True  # (process-wide: the signal handler reads it)
-            try:
-                return next(self._batches)
-            except _SignalWhileLoading as stop:
-                signum = stop.signum
-            finally:
-                PROCESS.loading = False
-        # the last completed iteration is runner.iter: its state is the model's now
-        self._hook._checkpoint_and_stop(self._runner, signum, step=self._runner.iter)
+from .step_agreement import clear_signal, note_signal
 
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """On SIGTERM or SIGUSR1, checkpoint at the next iteration boundary and stop. In a run of one
     process, a signal that arrives while the next batch is loaded (bad samples retried, slow
-    storage) stops at once, with the checkpoint of the last completed iteration.
+    storage) stops at once, with the checkpoint of the last completed iteration (the toolkit's
+    training loops fetch their batches through ``InterruptibleFetch``, which calls ``after_signal_while_fetching``).
 
     The checkpoint is ``iter_<step>.pth`` (``step``: the iterations done), with the data position of
-    ``DataPositionHook``; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
+    ``DataPositionHook``; the hooks' ``before_preemption_checkpoint`` runs on every rank just before it
+    is saved; ``last_checkpoint`` points at it. Under Slurm the hook then requeues the
     job (``scontrol requeue``: batch jobs only, as tools/slurm_train.sh submits them with
     REQUEUE=1); Slurm starts it again with ``SLURM_RESTART_COUNT`` set, and tools/train.py continues
     from the newest checkpoint without being asked (engine/training/resume.py). Elsewhere the run just stops;
@@ -88,19 +50,18 @@ class PreemptionHook(Hook):
         context = current_context()
         for sig in self.SIGNALS:
             context.catch_signal(sig, self._on_signal)
-        loop = runner.train_loop  # an iteration loop holds an iterator, an epoch loop its DataLoader
-        if world_size() > 1:  # ranks must agree on the iteration they stop at: the boundary only
-            return
-        if hasattr(loop, 'dataloader_iterator'):
-            loop.dataloader_iterator = _StopWhileLoading(loop.dataloader_iterator, self, runner)
-        else:
-            loop.dataloader = _StopWhileLoading(loop.dataloader, self, runner)
 
     def _on_signal(self, signum, frame) -> None:
         """Note the signal: the checkpoint is written between optimizer steps, or now while loading."""
         note_signal(signum)
         if PROCESS.loading:
-            raise _SignalWhileLoading(signum)
+            raise SignalWhileFetching(signum)
+
+    def after_signal_while_fetching(self, runner, signum: int) -> None:
+        """A signal noted before or received during a batch fetch (the training loops'
+        ``InterruptibleFetch``, one process only): checkpoint the last completed iteration (``runner.iter``,
+        the model's state now) and stop."""
+        self._checkpoint_and_stop(runner, signum, step=runner.iter)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Checkpoint, requeue and exit once any rank has been signalled."""
@@ -113,9 +74,9 @@ class PreemptionHook(Hook):
 
     def _checkpoint_and_stop(self, runner, signum: int, step: int) -> None:
         """Save ``iter_<step>.pth`` (the state after ``step`` iterations), requeue, raise Preempted."""
-        for hook in runner.hooks:  # the RNG states of every rank, for this checkpoint
-            if isinstance(hook, RNGStateHook):
-                hook.gather(runner)
+        # on every rank, at the same iteration: the hooks gather what rank 0 writes (RNGStateHook: each
+        # rank's RNG states); MMEngine's call_hook runs the method of each hook that has it
+        runner.call_hook('before_preemption_checkpoint')
         name = signal.Signals(signum).name
         filename = f'iter_{step}.pth'
         runner.logger.info(f'{name} received: saving a checkpoint at iteration {step}')

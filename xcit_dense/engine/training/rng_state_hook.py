@@ -6,10 +6,11 @@ from typing import List, Optional
 
 import numpy as np
 import torch
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...io.checkpoint_schema import rng_states_of
+from ..distributed.checkpoint_schedule import checkpoint_due
 from ..distributed.collectives import gather_objects
 from ..distributed.process_group import world_size
 
@@ -61,19 +62,6 @@ def set_rng_state(state: dict) -> Optional[str]:
     return None
 
 
-def _saves_after(hook: Hook, runner, batch_idx: int) -> bool:
-    """Whether ``hook`` is a checkpoint hook that writes a checkpoint after this iteration (its
-    own rule, for iteration and epoch schedules)."""
-    if not isinstance(hook, CheckpointHook):
-        return False
-    if not hook.by_epoch:
-        return bool(hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
-                    or (hook.save_last and hook.is_last_train_iter(runner)))
-    return hook.end_of_epoch(runner.train_dataloader, batch_idx) and bool(
-        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        or (hook.save_last and hook.is_last_train_epoch(runner)))
-
-
 def _log_restored(logger, missed: Optional[str]) -> None:
     """Say what was restored, and what not."""
     if missed:
@@ -89,8 +77,8 @@ class RNGStateHook(Hook):
 
     The states saved are those at the end of the last training iteration. A checkpoint is
     written by rank 0 alone, so all ranks' states are gathered (a few kilobytes each) at the
-    iterations that write a checkpoint: those of the checkpoint hook's schedule, and a
-    preemption stop (the preemption hook calls ``gather``). Validation leaves the states as it found them, since a
+    iterations that write a checkpoint: those of the checkpoint hook's schedule (``checkpoint_due``),
+    and a preemption stop (``before_preemption_checkpoint``). Validation leaves the states as it found them, since a
     resumed run does not repeat it.
     """
 
@@ -106,14 +94,19 @@ class RNGStateHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Note this rank's states; gather every rank's when a checkpoint is written now."""
         self._own = get_rng_state()
-        if any(_saves_after(hook, runner, batch_idx) for hook in runner.hooks):
-            self.gather(runner)
+        if checkpoint_due(runner, batch_idx):
+            self._gather(runner)
 
-    def gather(self, runner) -> None:
+    def _gather(self, runner) -> None:
         """Every rank's states after this iteration, ready for the checkpoint (a collective: all
         ranks call it at the same iteration)."""
         self._latest = gather_objects(self._own if self._own is not None else get_rng_state())
         self._gathered_at = runner.iter
+
+    def before_preemption_checkpoint(self, runner) -> None:
+        """Every rank's states, for the preemption hook's checkpoint (which all ranks write at the
+        same iteration)."""
+        self._gather(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         """Store the states of all ranks, indexed by rank; in a distributed run only at the

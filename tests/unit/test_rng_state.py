@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import tiny_seg_config
 from mmengine.config import Config
+from mmengine.hooks import CheckpointHook
 from mmengine.registry import RUNNERS
 
 from xcit_dense.engine.training import rng_state_hook
@@ -112,3 +113,25 @@ def test_a_preemption_checkpoint_holds_every_ranks_states(tmp_path, monkeypatch)
     finally:
         clear_signal()
     assert [len(checkpoint['meta']['rng_states']) for checkpoint in saved] == [2]
+
+
+def test_an_epoch_checkpoint_of_several_ranks_holds_their_states(monkeypatch):
+    """An epoch schedule's checkpoint is written after MMEngine's epoch loop has counted the epoch's last
+    iteration (runner.iter one more than at the gather, in after_train_iter): it still holds every rank's
+    states (here two ranks, their gather stood in for). Once the next iteration begins, a checkpoint
+    written then (none is scheduled) gets none: they would not be the states of its moment."""
+    monkeypatch.setattr(rng_state_hook, 'world_size', lambda: 2)
+    monkeypatch.setattr(rng_state_hook, 'gather_objects', lambda state: [state, state])
+    hook = RNGStateHook()
+    runner = SimpleNamespace(iter=3, epoch=0, max_epochs=2, train_dataloader=[0] * 4,
+                             hooks=[CheckpointHook(interval=1, by_epoch=True)])
+    hook.after_train_iter(runner, batch_idx=3)  # the epoch's last batch: a checkpoint is due
+    runner.iter += 1  # EpochBasedTrainLoop.run_iter, after the hooks
+    checkpoint = {'meta': {}}
+    hook.before_save_checkpoint(runner, checkpoint)  # CheckpointHook.after_train_epoch's save
+    assert len(checkpoint['meta']['rng_states']) == 2
+    runner.epoch += 1
+    hook.before_train_iter(runner, batch_idx=0)
+    checkpoint = {'meta': {}}
+    hook.before_save_checkpoint(runner, checkpoint)
+    assert 'rng_states' not in checkpoint['meta']

@@ -85,11 +85,14 @@ class RNGStateHook(Hook):
     priority = 'LOW'  # after_train_iter before the checkpoint hooks (VERY_LOW)
 
     def __init__(self) -> None:
-        self._latest: Optional[List[dict]] = None
+        self._latest: Optional[List[dict]] = None  # every rank's states, gathered for the checkpoint now due
         self._own: Optional[dict] = None
-        self._gathered_at = -1  # runner.iter of the gather
         self._loaded: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        """Forget the states gathered after the last iteration: from now on they are not the run's."""
+        self._latest = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         """Note this rank's states; gather every rank's when a checkpoint is written now."""
@@ -101,7 +104,6 @@ class RNGStateHook(Hook):
         """Every rank's states after this iteration, ready for the checkpoint (a collective: all
         ranks call it at the same iteration)."""
         self._latest = gather_objects(self._own if self._own is not None else get_rng_state())
-        self._gathered_at = runner.iter
 
     def before_preemption_checkpoint(self, runner) -> None:
         """Every rank's states, for the preemption hook's checkpoint (which all ranks write at the
@@ -109,9 +111,12 @@ class RNGStateHook(Hook):
         self._gather(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Store the states of all ranks, indexed by rank; in a distributed run only at the
-        iterations they were gathered for (not in a best checkpoint written after validation)."""
-        if self._latest is not None and self._gathered_at == runner.iter:
+        """Store the states of all ranks, indexed by rank; in a distributed run only when they were
+        gathered after the iteration that ended last: by an iteration schedule's checkpoint in that
+        iteration's hooks, by an epoch schedule's once the loop has counted it (``runner.iter`` one
+        more), and by a best checkpoint after the validation that follows (which leaves the states
+        as it found them)."""
+        if self._latest is not None:
             states = self._latest
         elif world_size() == 1:
             states = [self._own if self._own is not None else get_rng_state()]

@@ -37,6 +37,10 @@ KNOWN_LOG_MESSAGES = (
     # mmseg's IoUMetric has no default prefix: its figures keep the names 'aAcc', 'mIoU' and 'mAcc'
     # that mmseg's own configs log and users' scripts read, as the toolkit's configs leave them
     'The prefix is not set in metric class IoUMetric.',
+    # the prediction dumps that tools/test.py --out adds (mmdet's own test.py adds the same) report no
+    # figure, so a prefix would name nothing; their constructors take none
+    'The prefix is not set in metric class DumpDetResults.',
+    'The prefix is not set in metric class DumpResults.',
     # MMEngine's iteration loop announcing its resume skip, which the toolkit's loop answers without
     # loading a batch (engine/training/loops.py logs where the data continues)
     'Advance dataloader ',

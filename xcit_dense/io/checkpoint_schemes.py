@@ -85,6 +85,9 @@ def handed_over(path: str, checkpoint: dict) -> Iterator[None]:
     def load_handed(filename: str, map_location: Any = None) -> Any:
         found = handed.pop(os.path.abspath(os.path.expanduser(filename)), None)
         return load_from_local(filename, map_location) if found is None else found
+    # MMEngine names the backend in its notice by the reader's name after 'load_from_' ("Loads checkpoint
+    # by local backend ..."), the notice that xcit_launch.known_warnings drops: keep it the local one's
+    load_handed.__name__ = load_from_local.__name__
 
     CheckpointLoader.register_scheme(prefixes='', loader=load_handed, force=True)
     try:

@@ -13,6 +13,7 @@ the unpaired ones. The exit status is 1 where one is beyond the tolerances.
 """
 import argparse
 import sys
+from typing import Callable, List
 
 from xcit_launch.entry_point import prepare_process
 
@@ -72,14 +73,9 @@ def main() -> None:
         rows = check_segmentation(args.out, module, list(list_inputs(args.images)))
     except (FileNotFoundError, ValueError) as exc:
         sys.exit(f'error: {exc}')
-    for row in rows:
-        print(f"{row['image']}: pixels agreeing {row['pixel_agreement']:.6f}, largest logits difference "
-              f"{row['logits_difference']:.3g}" + ('' if row['within'] else '  BEYOND TOLERANCE'))
-    beyond = sum(not row['within'] for row in rows)
-    print(f'{len(rows) - beyond} of {len(rows)} images within tolerance (pixels agreeing >= '
-          f'{MIN_PIXEL_AGREEMENT}, logits within {MAX_LOGITS_DIFFERENCE})')
-    if beyond:
-        sys.exit(1)
+    report(rows, lambda row: f"pixels agreeing {row['pixel_agreement']:.6f}, largest logits difference "
+                             f"{row['logits_difference']:.3g}",
+           f'pixels agreeing >= {MIN_PIXEL_AGREEMENT}, logits within {MAX_LOGITS_DIFFERENCE}')
 
 
 
@@ -91,13 +87,20 @@ def check_detector(args: argparse.Namespace, module: DetectorForward) -> None:
         rows = check_detection(args.out, module, inputs, args.shape)
     except (FileNotFoundError, ValueError) as exc:
         sys.exit(f'error: {exc}')
+    report(rows, lambda row: f"{row['matched']} detections paired, unpaired {row['unmatched'][0]} of onnxruntime "
+                             f"and {row['unmatched'][1]} of PyTorch, largest score difference "
+                             f"{row['score_difference']:.3g}, smallest mask IoU {row['mask_iou']:.4f}",
+           f'pairs: same label, box IoU >= {MIN_BOX_IOU}; none unpaired, scores within {MAX_SCORE_DIFFERENCE}, '
+           f'mask IoU >= {MIN_MASK_IOU}')
+
+
+def report(rows: List[dict], figures: Callable[[dict], str], tolerances: str) -> None:
+    """One line per image (its figures, marked where beyond tolerance), then the count within; exit 1
+    when any image is beyond."""
     for row in rows:
-        print(f"{row['image']}: {row['matched']} detections paired, unpaired {row['unmatched'][0]} of onnxruntime "
-              f"and {row['unmatched'][1]} of PyTorch, largest score difference {row['score_difference']:.3g}, "
-              f"smallest mask IoU {row['mask_iou']:.4f}" + ('' if row['within'] else '  BEYOND TOLERANCE'))
+        print(f"{row['image']}: {figures(row)}" + ('' if row['within'] else '  BEYOND TOLERANCE'))
     beyond = sum(not row['within'] for row in rows)
-    print(f'{len(rows) - beyond} of {len(rows)} images within tolerance (pairs: same label, box IoU >= {MIN_BOX_IOU}; '
-          f'none unpaired, scores within {MAX_SCORE_DIFFERENCE}, mask IoU >= {MIN_MASK_IOU})')
+    print(f'{len(rows) - beyond} of {len(rows)} images within tolerance ({tolerances})')
     if beyond:
         sys.exit(1)
 

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from ...allocation_failures import is_out_of_memory
+from ...datasets.largest_input import largest_input
 from ...errors import ToolkitError
 from ...io.checkpoint_schema import auto_fit_of
 from ..distributed.collectives import gather_objects
@@ -90,63 +91,7 @@ def candidates(images: int, accumulation: int) -> List[Tuple[int, int]]:
     return [(images, accumulation)] + [(d, total // d) for d in range(images - 1, 0, -1) if total % d == 0]
 
 
-# ---------------------------------------------------------------- the largest input
-def _long_short(size) -> Tuple[int, int]:
-    a, b = (size, size) if isinstance(size, int) else size
-    return max(a, b), min(a, b)
-
-
-def _covering(bound: Optional[Tuple[int, int]], other: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
-    if bound is None or other is None:
-        return other if bound is None else bound
-    return max(bound[0], other[0]), max(bound[1], other[1])
-
-
-def _bound_after(transform: dict, bound: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
-    """The (long side, short side) bound on the image after ``transform``, given the one before it."""
-    kind = transform.get('type')
-    if kind == 'RandomChoice':
-        branches = transform['transforms']
-        out = None
-        for branch in branches:
-            steps = branch if isinstance(branch, (list, tuple)) else [branch]
-            out = _covering(out, _bound_after_pipeline(steps, bound))
-        return out
-    if kind in ('Resize', 'RandomResize'):
-        scale = transform.get('scale')
-        if scale is None:
-            if bound is None:
-                return None
-            factor = transform.get('scale_factor', 1.0)
-            factor = max(factor) if isinstance(factor, (list, tuple)) else factor
-            return round(bound[0] * factor), round(bound[1] * factor)
-        if isinstance(scale, (list, tuple)) and scale and isinstance(scale[0], (list, tuple)):
-            long_side, short_side = max(max(s) for s in scale), max(min(s) for s in scale)
-        else:
-            long_side, short_side = _long_short(scale)
-        ratio = max(transform.get('ratio_range') or (1.0,))
-        return round(long_side * ratio), round(short_side * ratio)
-    if kind == 'RandomChoiceResize':
-        out = None
-        for scale in transform['scales']:
-            out = _covering(out, _long_short(scale))
-        return out
-    if kind in ('RandomCrop', 'FixShapeResize'):
-        size = transform.get('crop_size') or (transform.get('width'), transform.get('height'))
-        crop = _long_short(size)
-        return crop if bound is None else (min(bound[0], crop[0]), min(bound[1], crop[1]))
-    if kind == 'Pad' and transform.get('size') is not None:
-        pad = _long_short(transform['size'])
-        return pad if bound is None else _covering(bound, pad)
-    return bound
-
-
-def _bound_after_pipeline(pipeline: List[dict], bound: Optional[Tuple[int, int]] = None) -> Optional[Tuple[int, int]]:
-    for transform in pipeline:
-        bound = _bound_after(transform, bound)
-    return bound
-
-
+# ---------------------------------------------------------------- the probe's input
 def _round_up(value: int, divisor: int) -> int:
     return -(-value // divisor) * divisor
 
@@ -159,25 +104,26 @@ def _train_dataset(cfg: Config) -> dict:
 
 
 def probe_shape(cfg: Config) -> Tuple[int, int]:
-    """(height, width) of the largest padded batch the training pipeline and data preprocessor produce:
-    a square of the longest side, or, where batches are grouped by aspect ratio, long side x short side;
-    ``auto_fit.probe_shape`` when the pipeline does not bound the size."""
+    """(height, width) of the largest padded batch the training pipeline (datasets/largest_input.py) and
+    data preprocessor produce: a square of the longest side, or, where batches are grouped by aspect ratio,
+    long side x short side; ``auto_fit.probe_shape`` when the pipeline does not bound the size."""
     given = (cfg.get('auto_fit') or {}).get('probe_shape')
     if given is not None:
         if (not isinstance(given, (list, tuple)) or len(given) != 2
                 or not all(isinstance(v, int) and v > 0 for v in given)):
             raise AutoFitError(f'auto_fit.probe_shape must be (height, width) in pixels, got {given!r}')
         return tuple(given)
-    bound = _bound_after_pipeline(_train_dataset(cfg).get('pipeline') or [])
+    bound = largest_input(_train_dataset(cfg).get('pipeline') or [])
     if bound is None:
         raise AutoFitError('the training pipeline does not bound the image size (no Resize, RandomResize, '
                            'RandomChoiceResize, RandomCrop or Pad with a size): set auto_fit.probe_shape = '
                            '(height, width) of the largest batch')
     preprocessor = cfg.model.get('data_preprocessor') or {}
     long_side, short_side = bound
-    if preprocessor.get('size') is not None:
-        fixed = _long_short(preprocessor['size'])
-        long_side, short_side = max(long_side, fixed[0]), max(short_side, fixed[1])
+    if preprocessor.get('size') is not None:  # padded up to a fixed size
+        size = preprocessor['size']
+        height, width = (size, size) if isinstance(size, int) else size
+        long_side, short_side = max(long_side, height, width), max(short_side, min(height, width))
     divisor = preprocessor.get('pad_size_divisor') or preprocessor.get('size_divisor') or 1
     long_side, short_side = _round_up(long_side, divisor), _round_up(short_side, divisor)
     grouped = 'AspectRatio' in str((cfg.train_dataloader.get('batch_sampler') or {}).get('type', ''))

@@ -101,6 +101,20 @@ def test_bad_accumulation_is_refused(value):
         resolve_batch_plan(cfg, 1)
 
 
+@pytest.mark.parametrize('accumulation, keep, scale', [(None, True, True), (3, False, None), (2, False, False)])
+def test_a_plan_at_another_batch_is_the_plan_resolved_at_that_batch(accumulation, keep, scale):
+    """--auto-fit's fitted plan (``with_batch``: 1 image per GPU, the accumulation that keeps the effective
+    batch) is what resolving the config at that batch gives: world size, reference, LR and scaling kept."""
+    cfg = Config.fromfile(SEG)
+    requested = resolve_batch_plan(cfg, 2, accumulation, keep, scale)
+    fitted = requested.with_batch(1, requested.images_per_gpu * requested.accumulation)
+    cfg.train_dataloader.batch_size = 1
+    assert fitted == resolve_batch_plan(cfg, 2, fitted.accumulation, False, scale)
+    assert fitted.effective_batch == requested.effective_batch and fitted.lr == requested.lr
+    with pytest.raises(ValueError, match='accumulation must be a positive integer, got 0'):
+        requested.with_batch(1, 0)
+
+
 def test_plan_line_says_everything():
     plan, _ = plan_for(SEG, 2, 2, keep=True, scale=True)
     line = plan.describe_batch_and_lr()

@@ -2,12 +2,13 @@
 
 The effective total batch is world size x images per GPU x accumulation steps. MMEngine's own
 ``auto_scale_lr`` ignores accumulation, and its iteration-based loops and schedulers count
-micro-iterations; this module resolves the plan once and rewrites the schedule so that the
-number of optimizer steps, warmup, decay and the intervals keep their recipe values (the optimizer
-wrapper takes the plan's LR and accumulation in ``run_config.configure_optim_wrapper``), and
-carries a checkpoint over when a resume changes the plan (``BatchPlanHook``).
+micro-iterations; this module resolves the plan once (``--auto-fit`` re-plans it for the images that
+fit: ``BatchPlan.with_batch``) and rewrites the schedule so that the number of optimizer steps, warmup,
+decay and the intervals keep their recipe values (the optimizer wrapper takes the plan's LR and
+accumulation in ``run_config.configure_optim_wrapper``), and carries a checkpoint over when a resume
+changes the plan (``BatchPlanHook``).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from mmengine.config import Config
@@ -35,6 +36,12 @@ class BatchPlan:
     @property
     def lr(self) -> float:
         return self.base_lr * self.lr_scale
+
+    def with_batch(self, images_per_gpu: int, accumulation: int) -> 'BatchPlan':
+        """This plan at another (images per GPU, accumulation), world size, reference batch, LR and its
+        scaling kept: ``--auto-fit``'s choice among the pairs of the same product (engine/planning/auto_fit.py)."""
+        return replace(self, images_per_gpu=_positive_int(images_per_gpu, 'images per GPU'),
+                       accumulation=_positive_int(accumulation, 'accumulation'))
 
     def as_dict(self) -> dict:
         """What a checkpoint records of the plan (see ``BatchPlanHook``)."""

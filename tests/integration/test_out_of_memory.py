@@ -23,6 +23,7 @@ from mmengine.config import Config
 from xcit_dense.allocation_failures import is_out_of_memory
 from xcit_dense.datasets import SkipBadSamples
 from xcit_dense.engine.planning.auto_fit import fit
+from xcit_dense.engine.planning.batch_plan import BatchPlan
 from xcit_dense.engine.planning.out_of_memory import OUT_OF_MEMORY_STATUS, smaller_batches
 
 
@@ -212,7 +213,8 @@ def test_the_probe_runs_a_real_mask_rcnn_on_its_synthetic_batch(tmp_path):
     from xcit_dense.tasks import task_of_config
     cfg = Config.fromfile(tiny_det_config(tmp_path, tmp_path))
     task_of_config(cfg).import_models()
-    (images, accumulation), lines = fit(cfg, cfg.model, 2, 1, amp=None)
-    assert (images, accumulation) == (2, 1)
+    fitted, lines = fit(cfg, cfg.model, BatchPlan(1, 2, 1, reference_batch=16, base_lr=1e-4, scale_lr=False),
+                        amp=None)
+    assert (fitted.images_per_gpu, fitted.accumulation) == (2, 1)
     assert lines[1:] == ['auto-fit: 2 images per GPU x accumulation 1: fits on every rank']
     assert lines[0].startswith('auto-fit: probing ') and 'with 50 instances each (amp off' in lines[0]

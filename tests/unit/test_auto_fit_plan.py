@@ -1,12 +1,24 @@
 """--auto-fit's arithmetic: the largest padded input of the recipes' pipelines, the candidate plans, the
 memory held beside the probe's peak, and when a recorded fit may be reused."""
+import argparse
+
 import pytest
 from helpers import ROOT
 from mmengine.config import Config
 from torch import nn
 
 from xcit_dense.builder import load_config
-from xcit_dense.engine.planning.auto_fit import AutoFitError, FitRecord, candidates, extra_bytes, fit, probe_shape
+from xcit_dense.engine.planning.auto_fit import (
+    AutoFitError,
+    FitRecord,
+    candidates,
+    device_record,
+    extra_bytes,
+    fit,
+    probe_shape,
+)
+from xcit_dense.engine.planning.batch_plan import BatchPlan, resolve_batch_plan
+from xcit_dense.engine.planning.run_config import fit_batch_to_memory
 from xcit_dense.tasks import task_of_config
 
 pytestmark = pytest.mark.quick
@@ -67,6 +79,20 @@ def test_a_recorded_fit_is_reused_only_for_the_same_request_world_size_and_devic
                                       device='NVIDIA H100 80GB HBM3', total_memory=85 * 2**30)
 
 
+def test_a_recorded_fit_becomes_the_requested_plan_at_the_fitted_batch():
+    """A resume with the same request, world size and device: no probe; the requested plan (LR scaling on)
+    re-planned for the recorded 1 image x accumulation 2, written to the loader and recorded again."""
+    cfg = Config.fromfile(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')  # 2 images per GPU
+    args = argparse.Namespace(auto_fit=True, amp=None, ema=None)
+    requested = resolve_batch_plan(cfg, 1, scale_lr=True)
+    record = FitRecord((2, 1), (1, 2), 1, *device_record())
+    plan, lines = fit_batch_to_memory(cfg, args, requested, dict(meta=dict(auto_fit=record.as_meta())))
+    assert plan == BatchPlan(1, 1, 2, requested.reference_batch, requested.base_lr, scale_lr=True)
+    assert lines == ['auto-fit: 1 images per GPU x accumulation 2, as the checkpoint recorded for the same '
+                     'request, world size and device (not probed)']
+    assert cfg.train_dataloader.batch_size == 1
+    assert cfg.custom_hooks[-1] == dict(type='AutoFitHook', record=record.as_meta())
+
 
 def test_the_memory_beside_the_probe_counts_the_ema_copy_of_parameters_and_buffers():
     """AdamW: buckets and two moments per trained parameter (4 copies); the EMA copy adds every parameter
@@ -89,7 +115,7 @@ def test_one_image_through_upernets_batch_norm_is_explained():
     cfg = load_config(str(ROOT / 'configs/demo/upernet_xcit_tiny_12_p16_demo.py'), tiny)
     task_of_config(cfg).import_models()
     with pytest.raises(AutoFitError) as failure:
-        fit(cfg, cfg.model, 1, 2, amp=None)
+        fit(cfg, cfg.model, BatchPlan(1, 1, 2, reference_batch=16, base_lr=1e-4, scale_lr=False), amp=None)
     message = str(failure.value)
     assert 'at 1 images per GPU: ValueError: Expected more than 1 value per channel when training' in message
     for part in ('BN cannot train on one', 'model.backbone.with_cp=True', 'SyncBN', "type='GN'"):

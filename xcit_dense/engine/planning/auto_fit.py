@@ -1,17 +1,18 @@
 """``--auto-fit``: a run that does not fit in memory re-plans itself before its first step, with the same
 effective batch.
 
-Each rank probes a copy of the model (built from the config without weights init, SyncBN as BN, no DDP)
-with one forward and backward under the run's mixed precision and activation checkpointing, at the
-planned images per GPU, on the largest padded input the training pipeline can produce and a stated number
-of ground-truth instances per image (``auto_fit.instances``). On a GPU a try fits when its peak reserved
-memory plus DDP's gradient buckets (one copy of the parameters), the optimizer's state and, with ``--ema``,
-the averaged copy of the weights (by arithmetic) stays within 90% of the memory this process may use; on
-a CPU when it ran without an allocation failure. The probe runs the backbone eagerly (a ``compile=True``
-backbone's memory may differ).
+Each rank probes a copy of the model (``MemoryProbe``: built from the config without weights init, SyncBN
+as BN, no DDP) with one forward and backward under the run's mixed precision and activation checkpointing,
+at the planned images per GPU, on the largest padded input the training pipeline can produce
+(``probe_shape``, from datasets/largest_input.py) and a stated number of ground-truth instances per image
+(``auto_fit.instances``). On a GPU a try fits when its peak reserved memory plus DDP's gradient buckets
+(one copy of the parameters), the optimizer's state and, with ``--ema``, the averaged copy of the weights
+(by arithmetic) stays within 90% of the memory this process may use; on a CPU when it ran without an
+allocation failure. The probe runs the backbone eagerly (a ``compile=True`` backbone's memory may differ).
 The ranks agree after every try (on the control group): while any rank does not fit, all try the next
 candidate, the divisors d of images x accumulation below the planned images with accumulation
-images x accumulation / d, so the effective batch, learning rate and schedule stay the recipe's.
+images x accumulation / d, so the effective batch, learning rate and schedule stay the recipe's; ``fit``
+returns the requested batch plan re-planned for the candidate every rank fits.
 A failure that is not an allocation failure, on any rank, stops every rank with that rank's message.
 
 The result is recorded in checkpoints (``planning/auto_fit_record_hook.py``, meta key ``auto_fit``); a resume
@@ -35,7 +36,7 @@ from ...io.checkpoint_schema import auto_fit_of
 from ..distributed.collectives import gather_objects
 from ..distributed.process_group import gpus_present
 from .auto_fit_record_hook import AUTO_FIT_KEY
-from .batch_plan import resolve_batch_plan
+from .batch_plan import BatchPlan
 from .out_of_memory import OutOfMemoryAdvice, advice
 
 DEFAULT_INSTANCES = 50  # ground-truth instances per probe image: above COCO's mean (7.3), below its largest images
@@ -182,7 +183,7 @@ def _num_classes(model_cfg) -> int:
     return 1
 
 
-def _probe_model(model_cfg: dict, device: torch.device) -> torch.nn.Module:
+def _build_probe_model(model_cfg: dict, device: torch.device) -> torch.nn.Module:
     from mmengine.registry import MODELS
     model = MODELS.build(deepcopy(model_cfg))  # no init_weights: the probe needs shapes, not values
     return model.to(device).train()
@@ -231,71 +232,99 @@ class Outcome:
     detail: str
 
 
-def _probe_this_rank(cfg: Config, model, images: int, shape, instances: int, amp: Optional[str],
-                     device: torch.device, usable: int, extra: int) -> Outcome:
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    host = socket.gethostname()
-    batch = synthetic_batch(cfg, images, shape, instances, torch.Generator().manual_seed(rank))
-    try:
-        peak = _peak_bytes_of_one_step(model, batch, amp, device)
-    except Exception as exc:  # every rank reports before any stops: no rank is left in the agreement
-        model.zero_grad(set_to_none=True)
-        gist = f'{type(exc).__name__}: {" ".join(str(exc).split())[:500]}'  # frames dropped
-        return Outcome(rank, host, 'out of memory' if is_out_of_memory(exc) else 'failed', gist)
-    finally:
-        del batch
+class MemoryProbe:
+    """auto-fit's measurement on this rank: a copy of the model built from the probe's model config, on
+    this rank's device, and one forward and backward of a synthetic batch of the largest input per number
+    of images tried. Used as a context manager: the model is freed on leaving it.
+
+    Raises ``AutoFitError`` when the config does not say the probe's shape (``probe_shape``)."""
+
+    def __init__(self, cfg: Config, probe_model_cfg: dict, amp: Optional[str], ema: bool) -> None:
+        self.cfg = cfg
+        self.instances = (cfg.get('auto_fit') or {}).get('instances', DEFAULT_INSTANCES)
+        self.shape = probe_shape(cfg)
+        self.amp = amp
+        self.device = torch.device('cuda', torch.cuda.current_device()) if gpus_present() else torch.device('cpu')
+        self.usable = _usable_bytes(self.device) if self.on_gpu else 0
+        self.model = _build_probe_model(probe_model_cfg, self.device)
+        self.extra = extra_bytes(cfg, self.model, ema)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == 'cuda'
+
+    @property
+    def with_cp(self) -> bool:
+        """Whether the backbone checkpoints its activations (``model.backbone.with_cp``)."""
+        return bool((self.cfg.model.get('backbone') or {}).get('with_cp'))
+
+    def __enter__(self) -> 'MemoryProbe':
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        del self.model
         gc.collect()
-        if device.type == 'cuda':
+        if self.on_gpu:
             torch.cuda.empty_cache()
-    if device.type != 'cuda':
-        return Outcome(rank, host, 'fit', 'ran without an allocation failure')
-    need = peak + extra
-    detail = (f'{peak / 2**30:.2f} GiB peak reserved + {extra / 2**30:.2f} GiB buckets, optimizer state and any '
-              f'EMA copy of {HEADROOM:.0%} x {usable / 2**30:.2f} GiB usable')
-    return Outcome(rank, host, 'fit' if need <= HEADROOM * usable else 'out of memory', detail)
+
+    def describe(self) -> str:
+        """The log line that says what is probed."""
+        h, w = self.shape
+        return (f'auto-fit: probing {h}x{w} inputs with {self.instances} instances each '
+                f'(amp {self.amp if self.on_gpu and self.amp else "off"}, with_cp {self.with_cp})')
+
+    def measure(self, images: int) -> Outcome:
+        """This rank's outcome for ``images`` per GPU; a failure is reported, not raised, so that every rank
+        reaches the agreement after the try."""
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        host = socket.gethostname()
+        batch = synthetic_batch(self.cfg, images, self.shape, self.instances, torch.Generator().manual_seed(rank))
+        try:
+            peak = _peak_bytes_of_one_step(self.model, batch, self.amp, self.device)
+        except Exception as exc:  # every rank reports before any stops: no rank is left in the agreement
+            self.model.zero_grad(set_to_none=True)
+            gist = f'{type(exc).__name__}: {" ".join(str(exc).split())[:500]}'  # frames dropped
+            return Outcome(rank, host, 'out of memory' if is_out_of_memory(exc) else 'failed', gist)
+        finally:
+            del batch
+            gc.collect()
+            if self.on_gpu:
+                torch.cuda.empty_cache()
+        if not self.on_gpu:
+            return Outcome(rank, host, 'fit', 'ran without an allocation failure')
+        need = peak + self.extra
+        detail = (f'{peak / 2**30:.2f} GiB peak reserved + {self.extra / 2**30:.2f} GiB buckets, optimizer state '
+                  f'and any EMA copy of {HEADROOM:.0%} x {self.usable / 2**30:.2f} GiB usable')
+        return Outcome(rank, host, 'fit' if need <= HEADROOM * self.usable else 'out of memory', detail)
 
 
-def fit(cfg: Config, probe_model_cfg: dict, images: int, accumulation: int,
-        amp: Optional[str], ema: bool = False) -> Tuple[Tuple[int, int], List[str]]:
-    """Probe the candidates on every rank with a model built from ``probe_model_cfg`` (the run's model with
-    SyncBN as BN, without the backbone's ``compile`` option: the probe runs eagerly); the (images,
-    accumulation) all ranks fit, and the log lines. ``ema``: the run keeps an EMA copy of the weights.
+# ---------------------------------------------------------------- the choice
+def fit(cfg: Config, probe_model_cfg: dict, plan: BatchPlan, amp: Optional[str],
+        ema: bool = False) -> Tuple[BatchPlan, List[str]]:
+    """The requested ``plan`` at the most images per GPU that every rank fits (``MemoryProbe`` with a
+    model built from ``probe_model_cfg``: the run's model with SyncBN as BN, without the backbone's
+    ``compile`` option, the probe runs eagerly), and the log lines. ``ema``: the run keeps an EMA copy of
+    the weights.
 
     Raises ``OutOfMemoryAdvice`` when one image per GPU does not fit, ``AutoFitError`` when a rank failed
     otherwise (its message) or the config does not say the probe's shape."""
-    settings = cfg.get('auto_fit') or {}
-    instances = settings.get('instances', DEFAULT_INSTANCES)
-    shape = probe_shape(cfg)
-    device = torch.device('cuda', torch.cuda.current_device()) if gpus_present() else torch.device('cpu')
-    usable = _usable_bytes(device) if device.type == 'cuda' else 0
-    model = _probe_model(probe_model_cfg, device)
-    extra = extra_bytes(cfg, model, ema)
-    lines = [f'auto-fit: probing {shape[0]}x{shape[1]} inputs with {instances} instances each '
-             f'(amp {amp if device.type == "cuda" and amp else "off"}, '
-             f'with_cp {bool((cfg.model.get("backbone") or {}).get("with_cp"))})']
-    try:
-        for tried_images, tried_accumulation in candidates(images, accumulation):
-            outcomes = gather_objects(_probe_this_rank(cfg, model, tried_images, shape, instances, amp, device,
-                                                       usable, extra))
+    with MemoryProbe(cfg, probe_model_cfg, amp, ema) as probe:
+        lines = [probe.describe()]
+        for images, accumulation in candidates(plan.images_per_gpu, plan.accumulation):
+            outcomes = gather_objects(probe.measure(images))
             failed = next((o for o in outcomes if o.result == 'failed'), None)
             if failed is not None:
                 why = f'; {ONE_IMAGE_WITH_BN}' if BATCH_NORM_ON_ONE in failed.detail else ''
                 raise AutoFitError(f'the auto-fit probe failed on rank {failed.rank} (host {failed.host}) at '
-                                   f'{tried_images} images per GPU: {failed.detail}{why}')
+                                   f'{images} images per GPU: {failed.detail}{why}')
             short = [o for o in outcomes if o.result != 'fit']
-            lines.append(f'auto-fit: {tried_images} images per GPU x accumulation {tried_accumulation}: '
+            lines.append(f'auto-fit: {images} images per GPU x accumulation {accumulation}: '
                          + ('fits on every rank' if not short else 'out of memory on rank(s) '
                             + ', '.join(f'{o.rank} ({o.host}: {o.detail})' for o in short)))
             if not short:
-                return (tried_images, tried_accumulation), lines
-    finally:
-        del model
-        gc.collect()
-        if device.type == 'cuda':
-            torch.cuda.empty_cache()
-    plan = resolve_batch_plan(cfg, dist.get_world_size() if dist.is_initialized() else 1, accumulation)
-    what = '\n'.join(f'  - {line}' for line in advice(plan, bool(amp), bool(
-        (cfg.model.get('backbone') or {}).get('with_cp')), device.type == 'cuda')[1:])  # not --auto-fit again
+                return plan.with_batch(images, accumulation), lines
+    options = advice(plan, bool(amp), probe.with_cp, probe.on_gpu)[1:]  # not --auto-fit again
+    what = '\n'.join(f'  - {line}' for line in options)
     raise OutOfMemoryAdvice('auto-fit: even 1 image per GPU does not fit:\n' + '\n'.join(lines[1:])
                             + f'\nWhat would fit:\n{what}')
 

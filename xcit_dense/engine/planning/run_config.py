@@ -205,37 +205,37 @@ class TrainingRun:
                 *self.resume.describe_starting_point(work_dir)]
 
 
-def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, world_size: int,
-                        checkpoint: Optional[dict]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
-    """``--auto-fit`` (or ``auto_fit.enable``): the (images per GPU, accumulation) this run trains with,
-    probed (engine/planning/auto_fit.py) or, on a resume with the same request, world size and device, as the
-    checkpoint recorded; written back to ``train_dataloader.batch_size`` and recorded in checkpoints
-    (``AutoFitHook``). (None, []) when auto-fit is off."""
+def fit_batch_to_memory(cfg: Config, args: argparse.Namespace, requested: BatchPlan,
+                        checkpoint: Optional[dict]) -> Tuple[BatchPlan, List[str]]:
+    """``--auto-fit`` (or ``auto_fit.enable``): the ``requested`` plan at the (images per GPU, accumulation)
+    this run trains with, probed (engine/planning/auto_fit.py) or, on a resume with the same request, world
+    size and device, as the checkpoint recorded; written back to ``train_dataloader.batch_size`` and recorded
+    in checkpoints (``AutoFitHook``); and the log lines. (``requested``, []) when auto-fit is off."""
     settings = cfg.get('auto_fit') or {}
     if not (getattr(args, 'auto_fit', False) or settings.get('enable')):
-        return None, []
-    requested = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+        return requested, []
     device, total_memory = device_record()
-    request = FitRecord((requested.images_per_gpu, requested.accumulation), None, world_size, device, total_memory)
+    request = FitRecord((requested.images_per_gpu, requested.accumulation), None, requested.world_size, device,
+                        total_memory)
     previous = record_from((checkpoint or {}).get('meta'))
     why = previous.differs_from(request) if previous is not None else None
     if previous is not None and why is None:
-        fitted = previous.fitted
-        lines = [f'auto-fit: {fitted[0]} images per GPU x accumulation {fitted[1]}, as the checkpoint recorded '
-                 f'for the same request, world size and device (not probed)']
+        fitted = requested.with_batch(*previous.fitted)
+        lines = [f'auto-fit: {fitted.images_per_gpu} images per GPU x accumulation {fitted.accumulation}, as the '
+                 f'checkpoint recorded for the same request, world size and device (not probed)']
     else:
         probe_model, compiled = take_compile_option(cfg.model)  # the model as the runner builds it
         probe_model = deepcopy(probe_model)
         replace_sync_bn(probe_model)
-        fitted, lines = fit(cfg, probe_model, *request.requested, amp=args.amp, ema=ema_requested(cfg, args.ema))
+        fitted, lines = fit(cfg, probe_model, requested, amp=args.amp, ema=ema_requested(cfg, args.ema))
         if compiled:
             lines.insert(1, 'auto-fit: the probe measures the eager backbone (model.backbone.compile=True: '
                             "the compiled one's memory may differ)")
         if previous is not None:
             lines.insert(0, f'auto-fit: probing again, not reusing the checkpoint\'s fit: {why}')
-    cfg.train_dataloader.batch_size = fitted[0]
-    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []),
-                        dict(type='AutoFitHook', record=request.with_fit(fitted).as_meta())]
+    cfg.train_dataloader.batch_size = fitted.images_per_gpu
+    record = request.with_fit((fitted.images_per_gpu, fitted.accumulation))
+    cfg.custom_hooks = [*(cfg.get('custom_hooks') or []), dict(type='AutoFitHook', record=record.as_meta())]
     return fitted, lines
 
 
@@ -277,17 +277,16 @@ def choose_work_dir(cfg: Config, args: argparse.Namespace) -> None:
 def assemble_training(cfg: Config, args: argparse.Namespace, world_size: int) -> TrainingRun:
     """Turn a training config and tools/train.py's arguments into this run's Runner config, in place:
     the checkpoint to resume from (read once, first: ``--auto-fit`` reuses what it recorded;
-    ``Resume.hand_to`` gives it to the Runner), the batch plan (auto-fitted on request), norms and DDP
-    for this machine, trackers, the toolkit's hooks, the optimizer wrapper, the sample checks and the
-    work dir.
+    ``Resume.hand_to`` gives it to the Runner), the batch plan (resolved once, auto-fitted on request, and
+    passed on to the schedule, the hooks, the optimizer wrapper and the EMA), norms and DDP for this
+    machine, trackers, the toolkit's hooks, the optimizer wrapper, the sample checks and the work dir.
 
     Raises ValueError for a batch plan that cannot be met, CheckpointError or FileNotFoundError for a
     checkpoint that cannot be resumed from."""
     choose_work_dir(cfg, args)
     resume = Resume.choose(cfg.work_dir, args.resume, ResumeFit(cfg))
-    fitted, fit_lines = fit_batch_to_memory(cfg, args, world_size, resume.checkpoint)
-    accumulation, keep_total_batch = (fitted[1], False) if fitted else (args.accumulation, args.keep_total_batch)
-    plan = resolve_batch_plan(cfg, world_size, accumulation, keep_total_batch, args.scale_lr)
+    requested = resolve_batch_plan(cfg, world_size, args.accumulation, args.keep_total_batch, args.scale_lr)
+    plan, fit_lines = fit_batch_to_memory(cfg, args, requested, resume.checkpoint)
     apply_batch_plan(cfg, plan)
     adapt_to_machine(cfg)
     add_vis_backends(cfg, args.vis_backend)

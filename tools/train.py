@@ -13,9 +13,9 @@ import xcit_dense.checked_loading  # noqa: E402,F401  (registers the toolkit; ch
 from xcit_dense.engine import process_group, world_size
 from xcit_dense.engine.planning.out_of_memory import explained
 from xcit_dense.engine.planning.run_config import VIS_BACKENDS, assemble_training, open_training
+from xcit_dense.engine.training.fine_tune import hand_load_from
 from xcit_dense.engine.training.nonfinite_loss_hook import NonFiniteLossError
 from xcit_dense.io.checkpoint import CheckpointError
-from xcit_dense.io.weights import check_finetune_fits
 from xcit_dense.tool_errors import exit_status, stop_on, stop_on_bad_samples
 
 
@@ -76,7 +76,7 @@ def train(cfg: Config, args: argparse.Namespace, backend: Optional[str]) -> None
         run.resume.hand_to(runner)
     if cfg.get('load_from') and not run.resume.path:
         with stop_on(CheckpointError, FileNotFoundError):
-            reinitialised = check_finetune_fits(runner.model, cfg.load_from)
+            reinitialised = hand_load_from(runner, cfg.load_from)
         runner.logger.info(f'load_from {cfg.load_from}: every weight loaded except the class-dependent '
                            f'layers left at their initial values: {", ".join(reinitialised) or "none"}')
     for line in run.plan_lines(backend, cfg.work_dir):

@@ -53,7 +53,7 @@ class CheckedWeights:
                 raise CheckpointError(f'{self.weights_source} holds a {found.name} model but '
                                       f'{self.config_source} builds a {task.name} model: pass the '
                                       f'config it was trained with')
-            check_matches_model(model, self.weights_source)
+            check_matches_model(model, self.weights_source, checkpoint)  # (read once: its contents)
             self.weights_used = select_weights(checkpoint, self.raw_weights, self.weights_source)
         super()._load_weights_to_model(model, checkpoint, cfg)
 

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional, Type
+from typing import Callable, Iterator, Optional, Tuple, Type
 
 from .datasets.problems import bad_sample_message
 from .errors import Preempted, ToolkitError
@@ -28,18 +28,29 @@ class ToolStop(ToolkitError):
         self.heading = heading
 
 
+def how_it_stops(exc: BaseException) -> Optional[Tuple[Optional[str], int]]:
+    """The line a tool prints on stderr for ``exc`` (None: silent) and its exit status: a ToolkitError's
+    ``<heading>: <message>`` and ``exit_status`` (1; 3 for out of memory), a preemption's 128 + the signal
+    number, silently. None for anything else (a bug: its traceback). The one mapping, for ``exit_status``
+    and for the multi-process run's ending (engine/distributed/process_group.py)."""
+    if isinstance(exc, ToolkitError):
+        heading = exc.heading if isinstance(exc, ToolStop) else 'error'
+        return f'{heading}: {exc}', exc.exit_status
+    if isinstance(exc, Preempted):
+        return None, exc.exit_status
+    return None
+
+
 def exit_status(main: Callable[[], None]) -> int:
-    """Run a tool's ``main``: 0 when it returns; a ToolkitError's ``exit_status`` (1; 3 for out of memory)
-    with ``error: <message>`` on stderr; a preemption's, 128 + the signal number, silently. Anything else
-    passes on (a bug: its traceback)."""
+    """Run a tool's ``main``: 0 when it returns; for the toolkit's errors and a preemption, the status
+    ``how_it_stops`` gives, its line printed on stderr. Anything else passes on (a bug: its traceback)."""
     try:
         main()
-    except ToolkitError as exc:
-        heading = exc.heading if isinstance(exc, ToolStop) else 'error'
-        print(f'{heading}: {exc}', file=sys.stderr, flush=True)
-        return exc.exit_status
-    except Preempted as exc:
-        return exc.exit_status
+    except (ToolkitError, Preempted) as exc:
+        line, status = how_it_stops(exc)
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        return status
     return 0
 
 

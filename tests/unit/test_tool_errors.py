@@ -9,13 +9,14 @@ from mmengine.config import Config
 
 from xcit_dense import tool_errors
 from xcit_dense.datasets.problems import BadSample
+from xcit_dense.engine.distributed import process_group
 from xcit_dense.engine.planning.evaluated_checkpoint import EvaluatedCheckpoint
 from xcit_dense.engine.planning.out_of_memory import OutOfMemoryAdvice
 from xcit_dense.engine.planning.run_config import EvaluationRun, assemble_testing, use_tta
 from xcit_dense.errors import Preempted, ToolkitError
 from xcit_dense.io.checkpoint import CheckpointError
 from xcit_dense.io.checkpoint_schema import SchemaError
-from xcit_dense.tool_errors import ToolStop, exit_status, stop_on, stop_on_bad_samples
+from xcit_dense.tool_errors import ToolStop, exit_status, how_it_stops, stop_on, stop_on_bad_samples
 
 pytestmark = pytest.mark.quick
 
@@ -40,6 +41,28 @@ def test_exit_status_prints_the_toolkits_errors_and_gives_their_status(capsys):
     assert capsys.readouterr().err == ''  # silent
     with pytest.raises(KeyError):  # a bug: its traceback
         exit_status(raising(KeyError('x')))
+
+
+class Ended(BaseException):
+    """What the stand-in for ``os._exit`` raises: the status the process would have ended with."""
+
+
+@pytest.mark.parametrize('exc', [ToolkitError('the input is wrong'), OutOfMemoryAdvice('out of memory on rank 0'),
+                                 ToolStop('bad key', heading='error in my.py'), Preempted(signal.SIGTERM)],
+                         ids=['toolkit', 'own-status', 'heading', 'preempted'])
+def test_a_multi_process_run_ends_with_the_tools_line_and_status(monkeypatch, capsys, exc):
+    """``process_group``'s ending (``_exit_now``) prints the line and gives the status that ``exit_status``
+    does, for every kind of the toolkit's stops (one mapping: ``how_it_stops``)."""
+    assert exit_status(raising(exc)) == how_it_stops(exc)[1]
+    printed = capsys.readouterr().err
+    monkeypatch.setattr(process_group.logging, 'shutdown', lambda: None)  # (the test's logging stays open)
+
+    def ended(code):
+        raise Ended(code)
+    monkeypatch.setattr(process_group.os, '_exit', ended)
+    with pytest.raises(Ended) as status:
+        process_group._exit_now(exc)
+    assert (status.value.args[0], capsys.readouterr().err) == (how_it_stops(exc)[1], printed)
 
 
 def test_stop_on_turns_the_named_errors_into_the_tools_stop():

@@ -28,7 +28,7 @@ text: MMEngine runs such a text as Python (``Runner.resume``, the inferencers gi
 """
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 import torch
@@ -71,29 +71,44 @@ def model_zoo_location(filename: str) -> str:
     return os.path.join(mmengine_checkpoint._get_mmengine_home(), location)
 
 
+def read_name(name: str) -> str:
+    """How MMEngine's reads name the checkpoint ``name``: a local path by its absolute path (``~`` expanded,
+    as ``load_from_local`` does), a URL or any other scheme's name (``hf-hub:`` included) as it is."""
+    if '://' in name or name.startswith(HUB_PREFIX):
+        return name
+    return os.path.abspath(os.path.expanduser(name))
+
+
 @contextmanager
-def handed_over(path: str, checkpoint: dict) -> Iterator[None]:
-    """Within: the next read of the local file ``path`` through the checked reader of local files (where
-    it is installed) returns ``checkpoint``, its contents already read by ``weights.read_checkpoint``
-    (checked, in this toolkit's layout: no config text), instead of reading the file again (a run reads
-    its checkpoint once). The contents wait in a reader registered for the block, the installed one after."""
-    if CheckpointLoader._schemes.get('') is not load_from_local:
+def handed_over(name: str, checkpoint: dict) -> Iterator[None]:
+    """Within: the next read of the checkpoint ``name`` (a path, URL or other scheme's name) through MMEngine's
+    checkpoint loader, where the checked readers are installed, returns ``checkpoint``, its contents already
+    read by ``weights.read_checkpoint`` (checked, in this toolkit's layout: no config text), instead of
+    reading it again (a run reads its checkpoint once). For the block every scheme's reader is wrapped by
+    one that serves the contents to that read (and reads any other name as before); the installed
+    readers after."""
+    installed = dict(CheckpointLoader._schemes)
+    if installed.get('') is not load_from_local:
         yield
         return
-    handed = {os.path.abspath(path): checkpoint}
+    handed = {read_name(name): checkpoint}
 
-    def load_handed(filename: str, map_location: Any = None) -> Any:
-        found = handed.pop(os.path.abspath(os.path.expanduser(filename)), None)
-        return load_from_local(filename, map_location) if found is None else found
-    # MMEngine names the backend in its notice by the reader's name after 'load_from_' ("Loads checkpoint
-    # by local backend ..."), the notice that xcit_launch.known_warnings drops: keep it the local one's
-    load_handed.__name__ = load_from_local.__name__
+    def serving(reader: Callable[..., Any]) -> Callable[..., Any]:
+        def read(filename: str, map_location: Any = None) -> Any:
+            found = handed.pop(read_name(filename), None)
+            return reader(filename, map_location) if found is None else found
+        # MMEngine names the backend in its notice by the reader's name after 'load_from_' ("Loads checkpoint
+        # by local backend ..."), the notice that xcit_launch.known_warnings drops: keep each reader's
+        read.__name__ = reader.__name__
+        return read
 
-    CheckpointLoader.register_scheme(prefixes='', loader=load_handed, force=True)
+    for prefix, reader in installed.items():
+        CheckpointLoader.register_scheme(prefixes=prefix, loader=serving(reader), force=True)
     try:
         yield
     finally:
-        CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+        for prefix, reader in installed.items():
+            CheckpointLoader.register_scheme(prefixes=prefix, loader=reader, force=True)
 
 
 def load_from_local(filename: str, map_location: Any = None) -> Any:

@@ -274,14 +274,15 @@ def check_matches_model(model: nn.Module, checkpoint: str, loaded: Optional[dict
     check_finite(state, checkpoint)
 
 
-def check_finetune_fits(model: nn.Module, checkpoint: str) -> List[str]:
+def check_finetune_fits(model: nn.Module, checkpoint: str, loaded: Optional[dict] = None) -> List[str]:
     """Check that ``checkpoint`` fits ``model`` but for the class-dependent layers; returns those.
 
     Fine-tuning on other classes (``load_from``) leaves exactly the layers of :data:`CLASS_DEPENDENT`
     whose shapes differ at their initial values; any other missing, unexpected or mis-shaped key, or
     a NaN or infinite weight (:func:`check_finite`), is a ``CheckpointError`` naming it.
+    ``loaded``: the checkpoint's contents when they are already read (not read again).
     """
-    state = read_checkpoint(checkpoint).get('state_dict')
+    state = (read_checkpoint(checkpoint) if loaded is None else loaded).get('state_dict')
     if not isinstance(state, dict):
         raise CheckpointError(f'{checkpoint} is not a training checkpoint (no state_dict)')
     check_backbone_fits(model, state, checkpoint)

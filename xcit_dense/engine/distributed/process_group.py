@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 from xcit_launch import netif
 
-from ...errors import Preempted, RankSetupError, ToolkitError
+from ...errors import RankSetupError, ToolkitError
+from ...tool_errors import how_it_stops
 from . import collectives
 from .compile_bound import COMPILE_VARIABLE
 from .cuda_ops import check_cuda_ops
@@ -415,18 +416,19 @@ def leave_process_group(sync_timeout_s: float = 60.0) -> None:
 
 def _exit_now(exc: BaseException) -> None:
     """Report ``exc`` as the tools do, flush the logs and end the process at once: the toolkit's
-    errors by their message (``error: ...``, their status: 1, 3 out of memory), a preemption silently with its status,
-    anything else with its traceback (status 1; 130 for an interrupt).
+    errors and a preemption by the tools' line and status (``tool_errors.how_it_stops``: ``error: ...``,
+    1 or 3 for out of memory; a preemption silently), anything else with its traceback (status 1; 130 for
+    an interrupt), as the interpreter ends on an exception nobody caught.
 
     An error path must not wait for peers that may be dead, and destroying the group would
     (its destructor joins threads that may be inside a collective), while leaving it to
     interpreter exit risks the abort described above. Checkpoints are written atomically, so
     nothing written is lost."""
-    if isinstance(exc, ToolkitError):
-        print(f'error: {exc}', file=sys.stderr)
-        code = exc.exit_status
-    elif isinstance(exc, Preempted):
-        code = exc.exit_status
+    stop = how_it_stops(exc)
+    if stop is not None:
+        line, code = stop
+        if line is not None:
+            print(line, file=sys.stderr)
     elif isinstance(exc, KeyboardInterrupt):
         code = 130
     else:

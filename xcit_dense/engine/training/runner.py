@@ -11,6 +11,7 @@ import inspect
 import logging
 import os
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -144,8 +145,9 @@ class ToolkitRunner(Runner):
         return super().build_train_loop(as_toolkit_loop(loop) if isinstance(loop, dict) else loop)
 
     def hand_checkpoint(self, filename: str, checkpoint: dict) -> None:
-        """Give the Runner the contents of ``filename``, already read (engine/training/resume.py and tools/test.py
-        read a checkpoint once): its load of that file uses them instead of reading it again.
+        """Give the Runner the contents of ``filename``, already read (engine/training/resume.py, fine_tune.py
+        and tools/test.py read a checkpoint once): its load of that file uses them instead of reading it
+        again (``checkpoint_schemes.handed_over``).
 
         The contents are on the CPU where MMEngine's GPU resume maps them to the rank's device; what
         it does with them still lands there (GPU-only path, not run by the CPU tests): the weights
@@ -168,12 +170,10 @@ class ToolkitRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: Sequence[Tuple[str, str]] = ((r'^module.', ''),)):
-        """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's (through the
-        toolkit's checked reader of local files, ``checkpoint_schemes``, where it is installed), without
-        the bare notice its reader prints (``without_known_prints``: the log names the file)."""
-        with without_known_prints():
-            if self._handed is None or self._handed[0] != filename:
-                return super().load_checkpoint(filename, map_location, strict, revise_keys)
-            handed, self._handed = self._handed, None
-            with handed_over(*handed):
-                return super().load_checkpoint(filename, map_location, strict, revise_keys)
+        """MMEngine's ``load_checkpoint``, on the handed contents when they are this file's (served by the
+        toolkit's checked readers, ``checkpoint_schemes.handed_over``, where they are installed; dropped
+        once the load is done), without the bare notice its reader prints (``without_known_prints``: the
+        log names the file)."""
+        handed, self._handed = self._handed, None
+        with without_known_prints(), handed_over(*handed) if handed else nullcontext():
+            return super().load_checkpoint(filename, map_location, strict, revise_keys)

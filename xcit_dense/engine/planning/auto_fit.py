@@ -267,7 +267,7 @@ class MemoryProbe:
         if self.on_gpu:
             torch.cuda.empty_cache()
 
-    def describe(self) -> str:
+    def probing_line(self) -> str:
         """The log line that says what is probed."""
         h, w = self.shape
         return (f'auto-fit: probing {h}x{w} inputs with {self.instances} instances each '
@@ -309,7 +309,7 @@ def fit(cfg: Config, probe_model_cfg: dict, plan: BatchPlan, amp: Optional[str],
     Raises ``OutOfMemoryAdvice`` when one image per GPU does not fit, ``AutoFitError`` when a rank failed
     otherwise (its message) or the config does not say the probe's shape."""
     with MemoryProbe(cfg, probe_model_cfg, amp, ema) as probe:
-        lines = [probe.describe()]
+        lines = [probe.probing_line()]
         for images, accumulation in candidates(plan.images_per_gpu, plan.accumulation):
             outcomes = gather_objects(probe.measure(images))
             failed = next((o for o in outcomes if o.result == 'failed'), None)

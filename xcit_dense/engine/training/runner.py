@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
+from mmengine.config import Config
 from mmengine.dist import master_only
 from mmengine.logging import MMLogger
 from mmengine.registry import LOOPS, RUNNERS
@@ -31,6 +32,7 @@ from ...io.checkpoint_schemes import handed_over
 from ...io.output_files import check_log_folder, refuse_link, writing
 from ..distributed.process_group import gpus_present
 from .compile import compile_forward
+from .config_text import FormattedOnceConfig
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
 
 # MMEngine's training loops, and the toolkit's that resume at the data position in their place
@@ -82,7 +84,8 @@ class ToolkitRunner(Runner):
     """A Runner whose training loops are the toolkit's, whose log states the backend and devices in
     use and skips known deprecation notices, that resumes from a checkpoint already read (a failure of
     the restore: CheckpointError naming the file), and that
-    writes its log and config dump through no link (UnsafeOutputError instead)."""
+    writes its log and config dump through no link (UnsafeOutputError instead); its config formats its text
+    once per content (config_text.py), not at each of MMEngine's requests."""
 
     def __init__(self, *args, **kwargs) -> None:
         arguments = inspect.signature(Runner.__init__).bind(self, *args, **kwargs)
@@ -90,7 +93,9 @@ class ToolkitRunner(Runner):
         self.env_cfg = dict(arguments.arguments['env_cfg'] or {})
         self.randomness = dict(arguments.arguments['randomness'] or {})  # (what the loops build their data with)
         self._handed: Optional[Tuple[str, dict]] = None
-        super().__init__(*args, **kwargs)
+        if isinstance(arguments.arguments['cfg'], Config):  # (a dict stays MMEngine's: a Runner built by hand)
+            arguments.arguments['cfg'] = FormattedOnceConfig.of(arguments.arguments['cfg'])
+        super().__init__(*arguments.args[1:], **arguments.kwargs)
 
     def runtime_environment(self) -> 'OrderedDict[str, object]':
         """The header's runtime part: the process group and devices in use."""

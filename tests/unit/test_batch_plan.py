@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import ROOT, own_runner_instances, run_tool_in_process
+from helpers import ROOT, config_copy, own_runner_instances, run_tool_in_process
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
@@ -21,7 +21,7 @@ SEG = str(ROOT / 'configs/xcit/upernet_xcit_small_12_p16_160k_ade20k.py')
 
 
 def plan_for(config, world, images, accumulation=None, keep=False, scale=None):
-    cfg = Config.fromfile(config)
+    cfg = config_copy(config)
     cfg.train_dataloader.batch_size = images
     plan = resolve_batch_plan(cfg, world, accumulation, keep, scale)
     apply_batch_plan(cfg, plan)
@@ -93,7 +93,7 @@ def test_keep_total_batch_excludes_an_explicit_accumulation():
 @pytest.mark.parametrize('value', [0, -1, 1.5, '2'])
 def test_bad_accumulation_is_refused(value):
     """Named as the user gave it: the option with its dashes, or the config's key."""
-    cfg = Config.fromfile(SEG)
+    cfg = config_copy(SEG)
     with pytest.raises(ValueError, match=r'^--accumulation must be a positive integer'):
         resolve_batch_plan(cfg, 1, accumulation=value)
     cfg.optim_wrapper.accumulative_counts = value
@@ -105,7 +105,7 @@ def test_bad_accumulation_is_refused(value):
 def test_a_plan_at_another_batch_is_the_plan_resolved_at_that_batch(accumulation, keep, scale):
     """--auto-fit's fitted plan (``with_batch``: 1 image per GPU, the accumulation that keeps the effective
     batch) is what resolving the config at that batch gives: world size, reference, LR and scaling kept."""
-    cfg = Config.fromfile(SEG)
+    cfg = config_copy(SEG)
     requested = resolve_batch_plan(cfg, 2, accumulation, keep, scale)
     fitted = requested.with_batch(1, requested.images_per_gpu * requested.accumulation)
     cfg.train_dataloader.batch_size = 1

@@ -4,7 +4,7 @@ import json
 import sys
 
 import pytest
-from helpers import ROOT, run
+from helpers import ROOT, run, run_tool_in_process
 from mmengine.config import Config
 from PIL import Image
 
@@ -55,9 +55,14 @@ def test_own_data_with_twenty_classes_trains_tests_and_infers(tmp_path):
     with Image.open(drawn[0]) as image:
         assert image.size == (128, 96)  # the demo's pipeline: 128 px on the long side
     work = tmp_path / 'work'
-    _tool('tools/train.py', config, '--work-dir', work)
+    # training and testing in this process (their outcome is their work dirs and pictures); infer launched,
+    # as users run it: its output is checked for warnings, which a process's warning registry shows once
+    for tool, *args in (('tools/train.py', config, '--work-dir', work),
+                        ('tools/test.py', config, work / 'epoch_1.pth', '--work-dir', tmp_path / 'eval',
+                         '--show-dir', tmp_path / 'show')):
+        proc = run_tool_in_process(tool, *args, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     checkpoint = work / 'epoch_1.pth'
-    _tool('tools/test.py', config, checkpoint, '--work-dir', tmp_path / 'eval', '--show-dir', tmp_path / 'show')
     assert sorted(p.name for p in (tmp_path / 'show').iterdir()) == ['voc_0.png', 'voc_1.png']
     out = tmp_path / 'out'
     proc = _tool('tools/infer.py', config, checkpoint, root / 'val', root / 'train/voc_0.jpg', '--out-dir', out,

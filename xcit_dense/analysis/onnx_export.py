@@ -9,11 +9,12 @@ exported through a copy in which they are replaced by equal layers that keep it 
 """
 import copy
 import json
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from mmengine.config import Config
 from torch import nn
 
 from ..io.output_files import writing
@@ -210,12 +211,15 @@ def prediction_metadata(cfg, model: nn.Module, task: str) -> Dict[str, str]:
     return {key: json.dumps(value) for key, value in values.items()}
 
 
-def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Optional[str] = None,
-                  whole: bool = False) -> nn.Module:
+def export_config(config: Union[str, Config], path: str, shape: Sequence[int], checkpoint: Optional[str] = None,
+                  whole: bool = False, dataset_meta: Optional[dict] = None) -> nn.Module:
     """Export a config's backbone (dynamic size) or whole model: a segmentor's logits and label map
     (``SegmentorForward``, dynamic size, with ``prediction_metadata``), a Mask R-CNN's detections
     (``DetectorForward``, dynamic size, with ``prediction_metadata``), another detector's tensor forward
-    (fixed size). Returns the exported PyTorch module (the model as built, not the export's copy)."""
+    (fixed size). The weights are the checkpoint's ``state_dict`` (of a run trained with ``--ema``, the
+    average: ``io/averaged_weights.py``); ``dataset_meta`` (a published model's classes and palette) in
+    place of the checkpoint's. Returns the exported PyTorch module (the model as built, not the export's
+    copy)."""
     from ..builder import build_model
     from ..io.weights import read_checkpoint
     from ..tasks import task_of_config
@@ -226,6 +230,8 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
         ckpt = read_checkpoint(checkpoint)
         model.load_state_dict(ckpt.get('state_dict', ckpt))
         model.dataset_meta = (ckpt.get('meta') or {}).get('dataset_meta')
+    if dataset_meta:
+        model.dataset_meta = dict(dataset_meta)
     if not whole:
         export(model.backbone, path, shape, BACKBONE_OUTPUTS)
         return model.backbone

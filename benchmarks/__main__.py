@@ -14,6 +14,7 @@ BENCHMARKS = {
     'data_pipeline': ('benchmarks.run_data_pipeline', "the COCO recipe's training pipeline per data worker"),
     'coco_eval': ('benchmarks.run_coco_eval', "COCO evaluation: the toolkit's metric against mmdet's"),
     'mmcv_ext': ('benchmarks.run_mmcv_ext', "the kernels behind mmcv._ext against a compiled mmcv's"),
+    'onnx_runtime': ('benchmarks.run_onnx_runtime', "the demos' models in ONNX Runtime against PyTorch on the CPU"),
 }
 
 

@@ -162,7 +162,7 @@ def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_p
         assert cv2.imread(result['picture']).shape == (384, 384, 3)
 
 
-@pytest.mark.long  # an export of its own, 9-11 min on 2 busy cores (2026-12-06): beyond CI (run with -m long)
+@pytest.mark.slow  # an export of its own: 236 s on 2 busy cores (2026-12-06, beside another export)
 def test_an_exported_mask_rcnn_is_checked_on_images_and_runs_without_torch(tmp_path):
     """--whole --check --images: images of three sizes (resized by the file's metadata to 96x128, 128x128
     and 58x128), each image's detections paired with PyTorch's (exit status 0); only standard ONNX

@@ -1,7 +1,8 @@
 """tools/model_converters/publish_model.py on the session's trained work dir (trained_tiny_seg: no
 training here), and the folder it writes used by tools/infer.py and tools/test.py in place of CONFIG
 CHECKPOINT: the same predictions and metric as the checkpoint, its config.py never run without
---trust-config, damaged weights and bad overrides refused. Every tool runs in this process (run_tool_in_process)."""
+--trust-config, damaged weights and bad overrides refused; and by tools/deployment/export_onnx.py. Every
+tool runs in this process (run_tool_in_process)."""
 import hashlib
 import json
 import re
@@ -13,10 +14,12 @@ import torch
 from helpers import cached_hub_repo, run_tool_in_process
 from safetensors.torch import load_file
 
+from xcit_dense.analysis import onnx_export
 from xcit_dense.io.checkpoint import read_checkpoint_file, write_checkpoint
 
 RECIPE = 'configs/xcit/sem_fpn_xcit_tiny_12_p16_80k_ade20k.py'
 PUBLISH = 'tools/model_converters/publish_model.py'
+EXPORT = 'tools/deployment/export_onnx.py'
 
 
 @pytest.fixture(scope='module')
@@ -185,3 +188,33 @@ def test_an_ema_checkpoint_publishes_its_average_and_says_so(tmp_path, trained_t
     published = load_file(folder / 'model.safetensors')
     assert published.keys() == ckpt['state_dict'].keys()
     assert all(torch.equal(published[k], v) for k, v in ckpt['state_dict'].items())
+
+
+def test_the_export_tool_takes_the_folder_or_an_ema_checkpoints_average(tmp_path, published, trained_tiny_seg,
+                                                                        monkeypatch):
+    """tools/deployment/export_onnx.py FOLDER OUT --whole exports the model of the recipe and model.json's
+    overrides with the folder's weights, model.json's classes in the file's metadata; CONFIG --checkpoint
+    of a checkpoint trained with --ema exports its average, not the trained weights; a folder with
+    --checkpoint is refused. The trace (tens of seconds; tests/integration/test_infer_onnx.py runs it) is
+    replaced by a recorder of what would be traced."""
+    traced = []
+    monkeypatch.setattr(onnx_export, 'export', lambda module, path, shape, names, dynamic=True, metadata=None:
+                        traced.append((module.model.state_dict(), json.loads((metadata or {})['classes']))))
+    proc = run_tool_in_process(EXPORT, published, tmp_path / 'model.onnx', '--whole', cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (state, classes), = traced
+    weights = load_file(published / 'model.safetensors')
+    assert weights.keys() <= state.keys() and all(torch.equal(state[k], v) for k, v in weights.items())
+    assert classes == ['background', 'rectangle', 'ellipse', 'triangle']
+    config, work_dir = trained_tiny_seg
+    ckpt = read_checkpoint_file(str(work_dir / 'iter_4.pth'))
+    ckpt['ema_state_dict'] = {'steps': torch.tensor(4), **{f'module.{k}': v + 1 for k, v in ckpt['state_dict'].items()}}
+    write_checkpoint(ckpt, str(tmp_path / 'ema.pth'))
+    proc = run_tool_in_process(EXPORT, config, tmp_path / 'model.onnx', '--whole', '--checkpoint', tmp_path / 'ema.pth',
+                               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = traced[-1][0]
+    assert all(torch.equal(state[k], v) for k, v in ckpt['state_dict'].items() if k in state)
+    proc = run_tool_in_process(EXPORT, published, tmp_path / 'model.onnx', '--checkpoint', tmp_path / 'ema.pth',
+                               cwd=tmp_path)
+    assert proc.returncode == 2 and 'give it without --checkpoint' in proc.stderr, proc.stderr[-3000:]

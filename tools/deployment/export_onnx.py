@@ -1,11 +1,13 @@
-"""Export a config's XCiT backbone (any input size) or whole model (--whole) to ONNX.
+"""Export a config's XCiT backbone (any input size) or whole model (--whole) to ONNX; a published model (a
+folder of tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one) may replace CONFIG
+and --checkpoint, as for tools/infer.py. Of a checkpoint trained with --ema the average is exported.
 
 A segmentor (--whole) is exported for any input size: logits at the input's size and the label map,
 with the classes, palette, normalisation and test resize in the file's metadata (tools/deployment/infer_onnx.py
 runs it without torch). A Mask R-CNN (--whole) too, its whole prediction in standard ONNX operators:
-boxes in the input's pixels, scores, labels and 28x28 mask probabilities (the image goes in resized and
-normalised, unpadded; xcit_dense/analysis/onnx_detector.py); another detector's tensor forward for the
---shape size only.
+boxes in the input's pixels, scores, labels and 28x28 mask probabilities (the image goes in resized,
+normalised and padded, with its size before the padding; xcit_dense/analysis/onnx_detector.py);
+another detector's tensor forward for the --shape size only.
 --check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or on the
 images of --images DIR: a segmentor's label maps' pixel agreement and logits' largest difference; a
 Mask R-CNN's detections paired by label and box IoU, their score differences, the pairs' mask IoU and
@@ -36,16 +38,21 @@ from xcit_dense.analysis.onnx_export import (
     export_config,
     max_abs_error,
 )
-from xcit_dense.errors import UnsafeOutputError
+from xcit_dense.published import is_published_model, open_published
+from xcit_dense.tool_errors import exit_status
 from xcit_launch.image_names import list_inputs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('config')
+    parser.add_argument('config', help='the config, or a published model (a folder of '
+                                       'tools/model_converters/publish_model.py, or hf-hub:OWNER/NAME holding one) '
+                                       'with no --checkpoint')
     parser.add_argument('out', help='the .onnx file to write')
     parser.add_argument('--checkpoint', help="the whole model's training checkpoint (default: randomly "
                                              "initialised weights; the pretrained backbone is not loaded)")
+    parser.add_argument('--trust-config', action='store_true',
+                        help="a published folder: build from its config.py (executed) instead of its recipe")
     parser.add_argument('--shape', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'),
                         help='the traced input size (the only one of a detector other than Mask R-CNN)')
     parser.add_argument('--whole', action='store_true', help="export the model's prediction, not the backbone")
@@ -53,10 +60,15 @@ def main() -> None:
     parser.add_argument('--images', metavar='DIR', nargs='+',
                         help='--check of a segmentor or Mask R-CNN on these images (files or folders)')
     args = parser.parse_args()
-    try:
-        module = export_config(args.config, args.out, args.shape, args.checkpoint, args.whole)
-    except UnsafeOutputError as exc:
-        sys.exit(f'error: {exc}')
+    config, dataset_meta = args.config, None
+    if is_published_model(args.config):
+        if args.checkpoint:
+            parser.error('a published model holds its weights: give it without --checkpoint')
+        published = open_published(args.config, args.trust_config)
+        config, args.checkpoint, dataset_meta = published.config, published.weights, published.dataset_meta
+    elif args.trust_config:
+        parser.error('--trust-config is for a published model folder')
+    module = export_config(config, args.out, args.shape, args.checkpoint, args.whole, dataset_meta)
     print(f'wrote {args.out}' + ('' if args.checkpoint else ' (random weights: no --checkpoint given)'))
     if not args.check:
         return
@@ -106,4 +118,4 @@ def report(rows: List[dict], figures: Callable[[dict], str], tolerances: str) ->
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(exit_status(main))

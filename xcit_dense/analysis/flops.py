@@ -146,7 +146,7 @@ def analyse_classifier(name: str, shape: Sequence[int]) -> Complexity:
         return analyse(model, torch.rand(1, 3, *shape))
 
 
-def plain_layers_config(config: str, cfg_options: Optional[dict] = None) -> Config:
+def plain_layers_config(config: Union[str, Config], cfg_options: Optional[dict] = None) -> Config:
     """A config with its XCiT backbone's ``fast_layers`` off: counters and exporters see the plain model."""
     from ..builder import load_config
     cfg = load_config(config, cfg_options)

@@ -9,11 +9,12 @@ exported through a copy in which they are replaced by equal layers that keep it 
 """
 import copy
 import json
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from mmengine.config import Config
 from torch import nn
 
 from ..io.output_files import writing
@@ -115,15 +116,29 @@ def export(module: nn.Module, path: str, shape: Sequence[int], output_names: Opt
            dynamic: bool = True, metadata: Optional[Dict[str, str]] = None) -> None:
     """Trace ``module`` on a (1, 3, H, W) image and write it to ``path``, H and W dynamic or fixed, with
     ``metadata`` as the file's ``metadata_props``; a link at ``path`` is refused (UnsafeOutputError)
-    before the trace."""
+    before the trace. The graph is optimised as the exporter optimises it, its repeated subexpressions
+    merged first (``optimize``)."""
     image = torch.rand(1, 3, *shape)
     dims = {2: torch.export.Dim('height', min=32, max=8192),
             3: torch.export.Dim('width', min=32, max=8192)} if dynamic else None
     with writing(path) as written, torch.no_grad():
         program = torch.onnx.export(module.eval(), (image,), input_names=['image'], output_names=output_names,
-                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None, verbose=False)
+                                    dynamo=True, dynamic_shapes=(dims,) if dynamic else None, optimize=False,
+                                    verbose=False)
+        optimize(program)
         program.model.metadata_props.update(metadata or {})
         program.save(written)
+
+
+def optimize(program: torch.onnx.ONNXProgram) -> None:
+    """The exporter's own optimisation of ``program`` (constant folding, onnxscript's rewrite rules),
+    after merging its repeated subexpressions: the exporter's graph computes each symbolic size again
+    where it is used (a small Mask R-CNN's: 2,582 nodes, about 1,400 once merged), and the rewrite
+    rules are matched node by node. Measured on that model (one thread, CPU seconds): 18 of the
+    export's 123 on the graph as exported, 9 of 114 once merged; the rest is torch.export's tracing."""
+    from onnxscript import ir
+    ir.passes.common.CommonSubexpressionEliminationPass()(program.model)
+    program.optimize()
 
 
 def onnx_outputs(path: str, image: torch.Tensor) -> List[np.ndarray]:
@@ -196,12 +211,15 @@ def prediction_metadata(cfg, model: nn.Module, task: str) -> Dict[str, str]:
     return {key: json.dumps(value) for key, value in values.items()}
 
 
-def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Optional[str] = None,
-                  whole: bool = False) -> nn.Module:
+def export_config(config: Union[str, Config], path: str, shape: Sequence[int], checkpoint: Optional[str] = None,
+                  whole: bool = False, dataset_meta: Optional[dict] = None) -> nn.Module:
     """Export a config's backbone (dynamic size) or whole model: a segmentor's logits and label map
     (``SegmentorForward``, dynamic size, with ``prediction_metadata``), a Mask R-CNN's detections
     (``DetectorForward``, dynamic size, with ``prediction_metadata``), another detector's tensor forward
-    (fixed size). Returns the exported PyTorch module (the model as built, not the export's copy)."""
+    (fixed size). The weights are the checkpoint's ``state_dict`` (of a run trained with ``--ema``, the
+    average: ``io/averaged_weights.py``); ``dataset_meta`` (a published model's classes and palette) in
+    place of the checkpoint's. Returns the exported PyTorch module (the model as built, not the export's
+    copy)."""
     from ..builder import build_model
     from ..io.weights import read_checkpoint
     from ..tasks import task_of_config
@@ -212,6 +230,8 @@ def export_config(config: str, path: str, shape: Sequence[int], checkpoint: Opti
         ckpt = read_checkpoint(checkpoint)
         model.load_state_dict(ckpt.get('state_dict', ckpt))
         model.dataset_meta = (ckpt.get('meta') or {}).get('dataset_meta')
+    if dataset_meta:
+        model.dataset_meta = dict(dataset_meta)
     if not whole:
         export(model.backbone, path, shape, BACKBONE_OUTPUTS)
         return model.backbone

@@ -4,8 +4,6 @@ metadata's resize and palette, results.json as tools/infer.py writes it, and the
 (slow) a Semantic FPN and a Mask R-CNN exported by tools/deployment/export_onnx.py, checked on images, then
 run by it."""
 import json
-import subprocess
-import sys
 
 import cv2
 import numpy as np
@@ -15,6 +13,7 @@ from bad_data import jpeg_of_repeated_scans
 from helpers import ROOT, randomize_, run_tool_in_process
 from onnx import TensorProto, helper
 from pycocotools import mask as mask_utils
+from without_torch import run_infer_onnx
 
 from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection
 from xcit_dense.analysis.onnx_export import SegmentorForward, check_segmentation
@@ -23,18 +22,6 @@ from xcit_launch.decode_work import MAX_SCANS
 from xcit_launch.onnx_detection import DetectionModel, open_exported
 from xcit_launch.onnx_segmentation import SegmentationModel
 
-# imported by none of the tool's modules: each raises ImportError in the tool's process
-BLOCKED = ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'xcit_dense', 'PIL')
-RUN_BLOCKED = f'''
-import runpy, sys
-class Blocked:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {BLOCKED!r}:
-            raise ImportError('blocked in this test: ' + name)
-sys.meta_path.insert(0, Blocked())
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name='__main__')
-'''
 PALETTE = [[0, 255, 0], [255, 255, 255], [255, 0, 255]]  # RGB, per class
 
 
@@ -54,12 +41,6 @@ def colour_classes_model(path, scale):
                 std=[255, 255, 255], bgr_to_rgb=True, scale=scale, keep_ratio=True)
     helper.set_model_props(model, {key: json.dumps(value) for key, value in meta.items()})
     onnx.save(model, str(path))
-
-
-def run_infer_onnx(*args, cwd):
-    tool = str(ROOT / 'tools/deployment/infer_onnx.py')
-    return subprocess.run([sys.executable, '-c', RUN_BLOCKED, tool, *map(str, args)],
-                          cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_segments_pictures_and_limits_without_torch(tmp_path):
@@ -162,7 +143,10 @@ def test_an_exported_segmentor_is_checked_on_images_and_runs_without_torch(tmp_p
         assert cv2.imread(result['picture']).shape == (384, 384, 3)
 
 
-@pytest.mark.slow  # an export of its own: 236 s on 2 busy cores (2026-12-06, beside another export)
+# an export of its own (236 s on 2 busy cores, 2026-12-06): beyond CI (run with -m long). CI's slow stage
+# exports the trained demo once and checks the same (test_demo.py: operators, metadata, other weights, crops
+# of other aspect ratios, infer_onnx.py without torch); this one needs no trained demo
+@pytest.mark.long
 def test_an_exported_mask_rcnn_is_checked_on_images_and_runs_without_torch(tmp_path):
     """--whole --check --images: images of three sizes (resized by the file's metadata to 96x128, 128x128
     and 58x128), each image's detections paired with PyTorch's (exit status 0); only standard ONNX

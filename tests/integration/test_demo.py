@@ -14,9 +14,8 @@ import pytest
 import torch
 from helpers import DAY_SPEED, ROOT, free_port, randomize_, run as run_process, run_together, run_tool_in_process
 from mmcv.transforms import LoadImageFromFile
-from pycocotools import mask as mask_utils
 from shapely.ops import unary_union
-from without_torch import run_infer_onnx
+from without_torch import detection_results, run_infer_onnx
 
 from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection
 from xcit_dense.builder import build_model
@@ -424,14 +423,4 @@ def test_the_trained_demo_in_onnx_runtime_equals_pytorch(whole_demo, tmp_path):
                                (IMAGE_SIZE, IMAGE_SIZE))[0]['within']
     proc = run_infer_onnx(exported, images[0], *crops, '--out', tmp_path / 'pictures', cwd=tmp_path)
     assert proc.returncode == 0 and '3 of 3 images done' in proc.stdout, proc.stderr
-    results = json.loads((tmp_path / 'pictures/results.json').read_text())
-    assert results['task'] == 'detection' and results['classes'] == meta['classes']
-    assert results['images'][0]['instances']
-    for result in results['images']:
-        height, width = result['height'], result['width']
-        for instance in result['instances']:
-            assert instance['class'] == meta['classes'][instance['label']] and 0 < instance['score'] <= 1
-            x1, y1, x2, y2 = instance['bbox']
-            assert 0 <= x1 <= x2 <= width and 0 <= y1 <= y2 <= height, instance['bbox']
-            mask = mask_utils.decode(dict(instance['mask'], counts=instance['mask']['counts'].encode()))
-            assert mask.shape == (height, width)
+    assert detection_results(tmp_path / 'pictures', meta['classes'])[0]['instances']

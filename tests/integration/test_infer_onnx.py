@@ -13,7 +13,7 @@ from bad_data import jpeg_of_repeated_scans
 from helpers import ROOT, randomize_, run_tool_in_process
 from onnx import TensorProto, helper
 from pycocotools import mask as mask_utils
-from without_torch import run_infer_onnx
+from without_torch import detection_results, run_infer_onnx
 
 from xcit_dense.analysis.onnx_detector import DetectorForward, check_detection
 from xcit_dense.analysis.onnx_export import SegmentorForward, check_segmentation
@@ -178,15 +178,6 @@ def test_an_exported_mask_rcnn_is_checked_on_images_and_runs_without_torch(tmp_p
     assert not check_detection(str(out), DetectorForward(other.eval()), first, (128, 128))[0]['within']
     proc = run_infer_onnx(out, images, '--out', tmp_path / 'pictures', cwd=tmp_path)
     assert proc.returncode == 0 and '3 of 3 images done' in proc.stdout, proc.stderr
-    results = json.loads((tmp_path / 'pictures/results.json').read_text())
-    assert results['task'] == 'detection' and results['classes'] == meta['classes']
-    for result in results['images']:
-        height, width = result['height'], result['width']
+    for result in detection_results(tmp_path / 'pictures', meta['classes']):
         assert len(result['instances']) == 20, result['image']
-        for instance in result['instances']:
-            assert instance['class'] == meta['classes'][instance['label']] and 0 < instance['score'] <= 1
-            x1, y1, x2, y2 = instance['bbox']
-            assert 0 <= x1 <= x2 <= width and 0 <= y1 <= y2 <= height, instance['bbox']
-            mask = mask_utils.decode(dict(instance['mask'], counts=instance['mask']['counts'].encode()))
-            assert mask.shape == (height, width)
         assert min(cv2.imread(result['picture']).shape[:2]) == 384

@@ -24,6 +24,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.model import BaseModel
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / 'tests'
@@ -45,6 +46,17 @@ def config_copy(path) -> Config:
     """A copy of the config at ``path`` to change at will, parsed once per test process (a recipe's
     parse with its ``_base_`` files takes about a second; a copy, milliseconds)."""
     return copy.deepcopy(_parsed(str(path)))
+
+
+class ToyModel(BaseModel):
+    """One linear layer as an MMEngine model: a Runner built around it starts in a second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+
+    def forward(self, inputs=None, data_samples=None, mode='tensor'):
+        return self.linear(inputs)
 
 
 def randomize_(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -3,24 +3,13 @@ only after the config changed."""
 import copy
 
 import mmengine.config.config as mmengine_config
-import torch
-from helpers import ROOT
+from helpers import ROOT, ToyModel
 from mmengine.config import Config
-from mmengine.model import BaseModel
 
 from xcit_dense.engine.training.config_text import FormattedOnceConfig
 from xcit_dense.engine.training.runner import ToolkitRunner
 
 DEMO = ROOT / 'configs/demo/mask_rcnn_xcit_tiny_12_p16_demo.py'
-
-
-class Toy(BaseModel):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(2, 2)
-
-    def forward(self, inputs=None, data_samples=None, mode='tensor'):
-        return self.linear(inputs)
 
 
 def counting_formatter(monkeypatch) -> list:
@@ -38,7 +27,7 @@ def test_the_runner_formats_its_config_once_until_it_changes(tmp_path, monkeypat
     cfg = Config.fromfile(str(DEMO))
     expected = cfg.pretty_text
     calls = counting_formatter(monkeypatch)
-    runner = ToolkitRunner(model=Toy(), work_dir=str(tmp_path / 'work'), cfg=cfg, experiment_name='text')
+    runner = ToolkitRunner(model=ToyModel(), work_dir=str(tmp_path / 'work'), cfg=cfg, experiment_name='text')
     assert isinstance(runner.cfg, FormattedOnceConfig)
     runner.dump_config()  # the log's header asked first, in __init__
     assert runner.cfg.pretty_text == expected and runner.cfg.pretty_text == expected

@@ -1,26 +1,16 @@
 """The log's environment header states the process group and devices in use, not the config's
 NCCL and MMEngine's "GPU number"."""
-import torch
 import torch.distributed as dist
-from mmengine.model import BaseModel
+from helpers import ToyModel
 
 from xcit_dense.engine.training.runner import ToolkitRunner
-
-
-class Toy(BaseModel):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(2, 2)
-
-    def forward(self, inputs=None, data_samples=None, mode='tensor'):
-        return self.linear(inputs)
 
 
 def test_a_gloo_group_on_cpus_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv('LOCAL_RANK', '0')  # as torchrun sets it
     dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
     try:
-        runner = ToolkitRunner(model=Toy(), work_dir=str(tmp_path / 'work'), launcher='pytorch',
+        runner = ToolkitRunner(model=ToyModel(), work_dir=str(tmp_path / 'work'), launcher='pytorch',
                                env_cfg=dict(dist_cfg=dict(backend='nccl')),
                                cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel',
                                                                device_ids=None)),

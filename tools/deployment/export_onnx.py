@@ -5,8 +5,8 @@ and --checkpoint, as for tools/infer.py. Of a checkpoint trained with --ema the 
 A segmentor (--whole) is exported for any input size: logits at the input's size and the label map,
 with the classes, palette, normalisation and test resize in the file's metadata (tools/deployment/infer_onnx.py
 runs it without torch). A Mask R-CNN (--whole) too, its whole prediction in standard ONNX operators:
-boxes in the input's pixels, scores, labels and 28x28 mask probabilities (the image goes in resized,
-normalised and padded, with its size before the padding; xcit_dense/analysis/onnx_detector.py);
+boxes in the input's pixels, scores, labels and 28x28 mask probabilities (the image goes in resized and
+normalised, unpadded: the graph pads it; xcit_dense/analysis/onnx_detector.py);
 another detector's tensor forward for the --shape size only.
 --check compares onnxruntime's outputs with PyTorch's on a random image of the --shape size or on the
 images of --images DIR: a segmentor's label maps' pixel agreement and logits' largest difference; a

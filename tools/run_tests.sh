@@ -29,9 +29,10 @@ pytest_run() { "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -rs "$@
 # the longest, among the first): most main-stage tests are a single process's Python, which one core
 # runs; the slow stage's launched runs leave a core idle while their processes start and import
 TWO_WORKERS=(-n 2 --dist loadfile --no-loadscope-reorder)
-# seconds: the quick check, the three stages, and all of a run without arguments, the install included
+# seconds: the quick check, the three stages, and all of a run without arguments, the install included;
+# the cluster stage runs beside the slow stage, within the 1,600 s of the two
 declare -A BUDGET=([quick]=180 ["not cluster and not slow and not long"]=600 ["slow and not long"]=1600 \
-  [cluster]=450 ["slow and cluster"]=1600 [all]=2400)
+  [cluster]=1600 ["slow and cluster"]=1600 [all]=2400)
 took() {  # WHAT SECONDS BUDGET: the line that gives a time against its budget
   local over=""
   [ "$2" -le "$3" ] || over=", over it by $(($2 - $3)) s"

@@ -53,7 +53,8 @@ fi
 # In the stages, one OpenMP thread a launched process, as torchrun gives each of several processes (the
 # launcher tests that check a user's default unset it): beside another worker and the cluster stage, a
 # second thread mostly waits for the first, its barriers spinning on a core the others need (a tiny
-# one-process training run beside two busy workers: 28-30 CPU seconds with one thread, 34-36 with two).
+# one-process training run beside two busy workers, two runs each: 31-33 CPU seconds with one thread,
+# 37-39 with two; 50-54 s against 61-65 s of wall time).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 MAIN="not cluster and not slow and not long"
 stage() {  # MARKERS [PYTEST ARGS...]: one stage, its twenty slowest tests and its time against its budget
